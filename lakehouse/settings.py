@@ -1,0 +1,174 @@
+"""The one typed configuration object, fed by environment variables (DESIGN §7).
+
+Everything else receives a `Settings`; nothing reads `os.environ` for pipeline settings.
+Bad values fail at load time with one message naming the variable and what it accepts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+
+_UNITS = {
+    "millisecond": 0.001, "ms": 0.001,
+    "second": 1, "sec": 1, "s": 1,
+    "minute": 60, "min": 60, "m": 60,
+    "hour": 3600, "h": 3600,
+    "day": 86400, "d": 86400,
+}
+_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+?)s?\s*$")
+
+# Kafka client options passed through to Spark's reader and to confluent-kafka, e.g.
+# KAFKA_SECURITY_PROTOCOL=SASL_SSL -> security.protocol, KAFKA_SASL_MECHANISM -> sasl.mechanism.
+_KAFKA_PASSTHROUGH = re.compile(r"^KAFKA_((?:SECURITY|SASL|SSL)_[A-Z0-9_]+)$")
+# librdkafka spells a few options differently from the Java client.
+_JAVA_ONLY = {"sasl.jaas.config"}
+_RDKAFKA_ONLY = {"sasl.username", "sasl.password"}
+
+
+class SettingsError(ValueError):
+    """A setting has a value the pipeline cannot use."""
+
+
+def parse_duration(text: str, name: str = "duration") -> timedelta:
+    """Parse Spark-style durations: '30 seconds', '1 minute', '7 days', '500 ms'."""
+    m = _DURATION.match(str(text).lower())
+    unit = m and (_UNITS.get(m.group(2)) or _UNITS.get(m.group(2) + "s"))
+    if not m or unit is None:
+        raise SettingsError(
+            f"{name}={text!r} is not a duration: use '<integer> <unit>' with unit one of "
+            "ms, seconds, minutes, hours, days (e.g. '30 seconds')"
+        )
+    return timedelta(seconds=int(m.group(1)) * unit)
+
+
+def spark_interval(td: timedelta) -> str:
+    """A timedelta as a Spark interval string ('90 seconds'), exact to the millisecond."""
+    ms = int(td.total_seconds() * 1000)
+    return f"{ms // 1000} seconds" if ms % 1000 == 0 else f"{ms} milliseconds"
+
+
+@dataclass(frozen=True)
+class Settings:
+    kafka_bootstrap_servers: str = "localhost:9092"
+    events_topic: str = "events"
+    lakehouse_root: Path = Path("./.lakehouse")
+    window_size: timedelta = timedelta(minutes=1)
+    watermark_delay: timedelta = timedelta(seconds=30)
+    correction_horizon: timedelta = timedelta(days=7)
+    timestamp_policy: str = "event_time"
+    spark_master: str = "local[*]"
+    future_skew: timedelta = timedelta(minutes=5)
+    max_event_bytes: int = 65536
+    shuffle_partitions: int = 4
+    max_offsets_per_trigger: int = 2_000_000
+    stream_trigger_interval: timedelta = timedelta(seconds=10)
+    partitions_start_date: date = date(2025, 1, 1)
+    spark_ui: bool = False
+    kafka_options: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        d = cls()
+
+        def get(name: str, default: str) -> str:
+            value = env.get(name)
+            return default if value is None or value.strip() == "" else value.strip()
+
+        def positive_int(name: str, default: int) -> int:
+            raw = get(name, str(default))
+            if not raw.isdigit() or int(raw) <= 0:
+                raise SettingsError(f"{name}={raw!r} must be a positive integer")
+            return int(raw)
+
+        policy = get("TIMESTAMP_POLICY", d.timestamp_policy)
+        if policy not in ("event_time", "kafka_timestamp"):
+            raise SettingsError(
+                f"TIMESTAMP_POLICY={policy!r} must be 'event_time' or 'kafka_timestamp'"
+            )
+        window = parse_duration(get("WINDOW_SIZE", "1 minute"), "WINDOW_SIZE")
+        if window.total_seconds() <= 0 or (86400 * 1000) % int(window.total_seconds() * 1000):
+            raise SettingsError(
+                f"WINDOW_SIZE={get('WINDOW_SIZE', '')!r} must be positive and divide a day "
+                "evenly (windows never straddle midnight, so every window has one event_date)"
+            )
+        delay = parse_duration(get("WATERMARK_DELAY", "30 seconds"), "WATERMARK_DELAY")
+        horizon = parse_duration(get("CORRECTION_HORIZON", "7 days"), "CORRECTION_HORIZON")
+        if horizon < delay:
+            raise SettingsError(
+                f"CORRECTION_HORIZON ({horizon}) must be at least WATERMARK_DELAY ({delay})"
+            )
+        servers = get("KAFKA_BOOTSTRAP_SERVERS", d.kafka_bootstrap_servers)
+        if not all(re.match(r"^[\w.\-\[\]:]+:\d+$", s.strip()) for s in servers.split(",")):
+            raise SettingsError(
+                f"KAFKA_BOOTSTRAP_SERVERS={servers!r} must be host:port[,host:port...]"
+            )
+        topic = get("EVENTS_TOPIC", d.events_topic)
+        if not re.match(r"^[A-Za-z0-9._-]{1,249}$", topic):
+            raise SettingsError(f"EVENTS_TOPIC={topic!r} is not a valid Kafka topic name")
+        start = get("LAKEHOUSE_START_DATE", d.partitions_start_date.isoformat())
+        try:
+            start_date = date.fromisoformat(start)
+        except ValueError as exc:
+            raise SettingsError(f"LAKEHOUSE_START_DATE={start!r} must be YYYY-MM-DD") from exc
+        kafka_options = {
+            m.group(1).lower().replace("_", "."): value
+            for name, value in env.items()
+            if (m := _KAFKA_PASSTHROUGH.match(name))
+        }
+        return cls(
+            kafka_bootstrap_servers=servers,
+            events_topic=topic,
+            lakehouse_root=Path(get("LAKEHOUSE_ROOT", str(d.lakehouse_root))),
+            window_size=window,
+            watermark_delay=delay,
+            correction_horizon=horizon,
+            timestamp_policy=policy,
+            spark_master=get("SPARK_MASTER", d.spark_master),
+            future_skew=parse_duration(get("FUTURE_SKEW", "5 minutes"), "FUTURE_SKEW"),
+            max_event_bytes=positive_int("MAX_EVENT_BYTES", d.max_event_bytes),
+            shuffle_partitions=positive_int(
+                "SPARK_SHUFFLE_PARTITIONS", max(2, 2 * (os.cpu_count() or 2))
+            ),
+            max_offsets_per_trigger=positive_int(
+                "MAX_OFFSETS_PER_TRIGGER", d.max_offsets_per_trigger
+            ),
+            stream_trigger_interval=parse_duration(
+                get("STREAM_TRIGGER_INTERVAL", "10 seconds"), "STREAM_TRIGGER_INTERVAL"
+            ),
+            partitions_start_date=start_date,
+            spark_ui=get("SPARK_UI", "false").lower() in ("1", "true", "yes"),
+            kafka_options=kafka_options,
+        )
+
+    # ---- derived -------------------------------------------------------------------------
+    @property
+    def root(self) -> Path:
+        return self.lakehouse_root.resolve()
+
+    def table_path(self, name: str) -> str:
+        return str(self.root / name)
+
+    def checkpoint_path(self, query: str) -> str:
+        return str(self.root / "_checkpoints" / query)
+
+    @property
+    def spark_kafka_options(self) -> dict[str, str]:
+        """Options for Spark's Kafka source (`kafka.`-prefixed client configs)."""
+        opts = {"kafka.bootstrap.servers": self.kafka_bootstrap_servers}
+        opts.update(
+            {f"kafka.{k}": v for k, v in self.kafka_options.items() if k not in _RDKAFKA_ONLY}
+        )
+        return opts
+
+    @property
+    def client_config(self) -> dict[str, str]:
+        """Config for confluent-kafka producers, consumers and admin clients."""
+        conf = {"bootstrap.servers": self.kafka_bootstrap_servers}
+        conf.update({k: v for k, v in self.kafka_options.items() if k not in _JAVA_ONLY})
+        return conf
