@@ -44,6 +44,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
         "spark.sql.streaming.metricsEnabled": "false",
+        "spark.sql.streaming.numRecentProgressUpdates": "1000",
         "spark.sql.warehouse.dir": str(settings.root / "_warehouse"),
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",

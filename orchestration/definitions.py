@@ -1,0 +1,23 @@
+"""The Dagster code location: `dagster ... -m orchestration.definitions`."""
+
+
+import os
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+from dagster import Definitions, in_process_executor, load_assets_from_modules  # noqa: E402
+
+from assets import checks, daily, streaming  # noqa: E402
+from orchestration.jobs import all_jobs  # noqa: E402
+from orchestration.resources import LakehouseResource, SparkResource  # noqa: E402
+
+lakehouse = LakehouseResource()
+
+defs = Definitions(
+    assets=load_assets_from_modules([streaming, daily]),
+    asset_checks=[checks.reconciled_equals_replay],
+    jobs=all_jobs,
+    resources={"lakehouse": lakehouse, "spark": SparkResource(lakehouse=lakehouse)},
+    # Spark runs in one process per run: steps share the session instead of each starting a JVM.
+    executor=in_process_executor,
+)

@@ -1,0 +1,68 @@
+"""Read what Spark's streaming checkpoint records about each micro-batch.
+
+`offsets/<batchId>` is the write-ahead log of a batch: written before the batch runs, it holds
+the watermark the batch uses (`batchWatermarkMs`) and the end offset of each source; the start
+is the previous batch's end (DESIGN §10). Files are read through Hadoop's FileSystem so the
+same code works for local disk and object storage.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+
+def read_text(spark: SparkSession, path: str) -> str | None:
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(hpath):
+        return None
+    stream = fs.open(hpath)
+    try:
+        data = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+    return str(data)
+
+
+@dataclass(frozen=True)
+class BatchOffsets:
+    batch_id: int
+    watermark_ms: int
+    batch_timestamp_ms: int
+    sources: list[dict | None]
+
+
+def batch_offsets(spark: SparkSession, checkpoint: str, batch_id: int) -> BatchOffsets | None:
+    text = read_text(spark, f"{checkpoint}/offsets/{batch_id}")
+    if text is None:
+        return None
+    lines = text.strip().splitlines()
+    meta = json.loads(lines[1])
+    sources = [None if s.strip() == "-" else json.loads(s) for s in lines[2:]]
+    return BatchOffsets(
+        batch_id, int(meta.get("batchWatermarkMs", 0)), int(meta.get("batchTimestampMs", 0)), sources
+    )
+
+
+def query_id(spark: SparkSession, checkpoint: str) -> str | None:
+    """The query's persistent id: new with a new checkpoint, stable across restarts."""
+    text = read_text(spark, f"{checkpoint}/metadata")
+    return json.loads(text)["id"] if text else None
+
+
+def last_committed_batch(spark: SparkSession, checkpoint: str) -> int | None:
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/commits")
+    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(hpath):
+        return None
+    ids = [
+        int(s.getPath().getName())
+        for s in fs.listStatus(hpath)
+        if s.getPath().getName().isdigit()
+    ]
+    return max(ids) if ids else None

@@ -1,0 +1,89 @@
+"""`stream_progress`: one row per micro-batch of each query, from Spark's own progress reports
+plus the topic's end offsets at that time (Spark's Kafka source commits no consumer-group
+offsets, so lag is the end offsets minus the query's processed end offsets)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from lakehouse.settings import Settings
+from spark_jobs.tables import PROGRESS
+
+
+def _ts(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def kafka_lag(end_offsets: dict, source_end: dict | str | None) -> int | None:
+    """Sum over partitions of (topic end offset - processed end offset)."""
+    if isinstance(source_end, str):
+        try:
+            source_end = json.loads(source_end)
+        except ValueError:
+            return None
+    if not source_end or not end_offsets:
+        return None
+    processed = next(iter(source_end.values())) if isinstance(source_end, dict) else {}
+    if not isinstance(processed, dict):
+        return None
+    return sum(max(0, end - int(processed.get(str(p), 0))) for p, end in end_offsets.items())
+
+
+def progress_row(query: str, p: dict, kafka_end_offsets: dict | None) -> dict:
+    state = p.get("stateOperators") or []
+    source = (p.get("sources") or [{}])[0]
+    ts = _ts(p.get("timestamp")) or datetime.now(UTC)
+    dropped = sum(int(s.get("numRowsDroppedByWatermark", 0)) for s in state)
+    return {
+        "query": query,
+        "batch_id": int(p["batchId"]),
+        "batch_timestamp": ts,
+        "input_rows": int(p.get("numInputRows") or 0),
+        "input_rows_per_second": float(p.get("inputRowsPerSecond") or 0.0),
+        "processed_rows_per_second": float(p.get("processedRowsPerSecond") or 0.0),
+        "start_offsets": json.dumps(source.get("startOffset")),
+        "end_offsets": json.dumps(source.get("endOffset")),
+        "watermark": _ts((p.get("eventTime") or {}).get("watermark")),
+        "rows_dropped_by_watermark": dropped,
+        "state_rows": sum(int(s.get("numRowsTotal", 0)) for s in state),
+        "state_memory_bytes": sum(int(s.get("memoryUsedBytes", 0)) for s in state),
+        "duration_ms": json.dumps(p.get("durationMs") or {}),
+        "trigger_ms": int((p.get("durationMs") or {}).get("triggerExecution", 0)),
+        "kafka_end_offsets": json.dumps(kafka_end_offsets) if kafka_end_offsets else None,
+        "kafka_lag": kafka_lag(kafka_end_offsets or {}, source.get("endOffset"))
+        if query == "bronze" else None,
+        "progress_date": ts.date(),
+    }
+
+
+def record_progress(
+    spark: SparkSession,
+    settings: Settings,
+    query: str,
+    progresses: list,
+    kafka_end_offsets: dict | None = None,
+) -> int:
+    """Upsert progress rows keyed by (query, batch_id): re-recording is harmless."""
+    rows = [
+        progress_row(query, json.loads(p.json) if hasattr(p, "json") else p, kafka_end_offsets)
+        for p in progresses
+    ]
+    if not rows:
+        return 0
+    table = DeltaTable.forPath(spark, settings.table_path(PROGRESS.name))
+    schema = table.toDF().schema
+    df = spark.createDataFrame([tuple(r[f.name] for f in schema) for r in rows], schema)
+    (
+        table.alias("t")
+        .merge(df.alias("s"), "t.progress_date = s.progress_date AND t.query = s.query "
+               "AND t.batch_id = s.batch_id")
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+    return len(rows)

@@ -1,0 +1,136 @@
+"""Replay: recompute a date's aggregates straight from the Kafka log, independently of bronze and
+of the stream's state, with the same parsing, dedup and window rules.
+
+With LogAppendTime the broker time is monotonic per partition, so the records that can hold
+events of date D are those appended in [D start - future skew, D end + correction horizon]
+(capped at now): an event of D appended earlier would be more than the allowed skew in the
+future (quarantined), and one appended later is beyond the horizon (not applied).
+
+If retention already deleted records the pipeline saw for D (bronze holds offsets of D below a
+partition's log start offset), the replay raises `ReplayIncomplete` naming the missing offsets:
+it never publishes a partial replay.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.kafka_admin import offsets_for_time, topic_offsets
+from lakehouse.settings import Settings
+from spark_jobs.corrections import applicable_cutoff, day_bounds, events_for_date
+from spark_jobs.parse import parsed_events
+from spark_jobs.tables import BRONZE, REPLAY, ensure_tables, read_table
+from spark_jobs.windows import aggregate_windows
+
+
+class ReplayIncomplete(RuntimeError):
+    """The retained log no longer holds every record of the date."""
+
+    def __init__(self, d: date, missing: dict[int, tuple[int, int]]):
+        self.event_date = d
+        self.missing = missing
+        ranges = ", ".join(f"partition {p}: offsets {lo}..{hi - 1}" for p, (lo, hi) in missing.items())
+        super().__init__(
+            f"replay of {d} is incomplete: retention deleted records the pipeline ingested "
+            f"({ranges}); the date cannot be proven against the log"
+        )
+
+
+@dataclass
+class ReplayResult:
+    event_date: date
+    ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
+    records_read: int = 0
+    events: int = 0
+    quarantined: int = 0
+    windows: int = 0
+    read_until: datetime | None = None
+
+    def as_metadata(self) -> dict:
+        return {
+            "event_date": self.event_date.isoformat(),
+            "offset_ranges": {str(p): f"[{lo}, {hi})" for p, (lo, hi) in self.ranges.items()},
+            "records_read": self.records_read,
+            "events": self.events,
+            "quarantined_in_range": self.quarantined,
+            "windows": self.windows,
+            "read_until": self.read_until.isoformat() if self.read_until else None,
+        }
+
+
+def offset_ranges(settings: Settings, d: date) -> tuple[dict[int, tuple[int, int]], datetime]:
+    start, _ = day_bounds(d)
+    now = datetime.now(UTC)
+    until = min(applicable_cutoff(settings, d), now)
+    lo = offsets_for_time(settings, int((start - settings.future_skew).timestamp() * 1000))
+    if until >= now:
+        hi = {p.partition: p.latest for p in topic_offsets(settings)}
+    else:
+        # First offset appended after `until` (exclusive end).
+        hi = offsets_for_time(settings, int(until.timestamp() * 1000) + 1)
+    return {p: (lo[p], hi[p]) for p in sorted(hi)}, until
+
+
+def missing_offsets(spark: SparkSession, settings: Settings, d: date) -> dict[int, tuple[int, int]]:
+    """Offsets of `d` seen in bronze that the log no longer retains, per partition."""
+    log_start = {p.partition: p.earliest for p in topic_offsets(settings)}
+    seen = (
+        read_table(spark, settings, BRONZE)
+        .where((F.col("event_date") == F.lit(d)) & (F.col("topic") == settings.events_topic))
+        .groupBy("partition")
+        .agg(F.min("offset").alias("lo"))
+        .collect()
+    )
+    return {
+        r.partition: (r.lo, log_start[r.partition])
+        for r in seen
+        if r.partition in log_start and r.lo < log_start[r.partition]
+    }
+
+
+def run_replay(spark: SparkSession, settings: Settings, d: date) -> ReplayResult:
+    ensure_tables(spark, settings)
+    missing = missing_offsets(spark, settings, d)
+    if missing:
+        raise ReplayIncomplete(d, missing)
+    ranges, until = offset_ranges(settings, d)
+    result = ReplayResult(d, ranges=ranges, read_until=until)
+    read = {p: r for p, r in ranges.items() if r[1] > r[0]}
+    if read:
+        topic = settings.events_topic
+        raw = (
+            spark.read.format("kafka")
+            .options(**settings.spark_kafka_options)
+            .option("subscribe", topic)
+            .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in read.items()}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): hi for p, (_, hi) in read.items()}}))
+            .option("failOnDataLoss", "true")
+            .load()
+        )
+        with parsed_events(raw, settings) as (valid, quarantined):
+            windows = aggregate_windows(events_for_date(valid, settings, d), settings)
+            _write_replay(windows, settings, d)
+            result.records_read = sum(hi - lo for lo, hi in read.values())
+            result.quarantined = quarantined.count()
+    else:
+        empty = spark.createDataFrame([], read_table(spark, settings, REPLAY).schema)
+        _write_replay(empty.drop("replayed_at"), settings, d)
+    written = read_table(spark, settings, REPLAY).where(F.col("event_date") == F.lit(d))
+    agg = written.agg(F.count("*").alias("w"), F.sum("event_count").alias("e")).first()
+    result.windows, result.events = agg.w, int(agg.e or 0)
+    return result
+
+
+def _write_replay(windows, settings: Settings, d: date) -> None:
+    (
+        windows.withColumn("replayed_at", F.lit(datetime.now(UTC)))
+        .write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", f"event_date = DATE'{d.isoformat()}'")
+        .save(settings.table_path(REPLAY.name))
+    )

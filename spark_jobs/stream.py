@@ -1,0 +1,276 @@
+"""The fast path: two checkpointed Structured Streaming queries.
+
+1. `bronze` is the only Kafka consumer: stateless parse, then valid rows to `bronze_events` and
+   malformed ones to `quarantined_events`, each write idempotent per batch (Delta txnAppId =
+   the query's persistent id, txnVersion = batch id), so a re-run batch after a crash is a no-op.
+2. `aggregates` streams from bronze (already parsed and columnar): watermark, dedup by event_id,
+   tumbling windows, MERGE into `streaming_aggregates`. After each batch it records the late set:
+   the bronze rows in that batch's source range whose event_time is at or below the batch's
+   watermark (read from the checkpoint) are exactly the rows the dedup operator dropped.
+
+Both run with `trigger(availableNow=True)` (Dagster catch-up) or a processing-time trigger (the
+service); the checkpoints under `$LAKEHOUSE_ROOT/_checkpoints` are shared by both ways.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from lakehouse.kafka_admin import topic_offsets
+from lakehouse.settings import Settings, spark_interval
+from spark_jobs import checkpoint as ckpt
+from spark_jobs.lock import checkpoint_lock
+from spark_jobs.parse import parsed_events
+from spark_jobs.progress import record_progress
+from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING, ensure_tables
+from spark_jobs.windows import flatten_window, measures, window_of
+
+BRONZE_QUERY = "bronze"
+AGG_QUERY = "aggregates"
+
+
+@dataclass
+class Trigger:
+    """`available_now` for a catch-up run, else a processing-time interval."""
+
+    available_now: bool = True
+    interval: str = "10 seconds"
+
+    def apply(self, writer):
+        if self.available_now:
+            return writer.trigger(availableNow=True)
+        return writer.trigger(processingTime=self.interval)
+
+
+@dataclass
+class _Batch:
+    """Lazily resolved per-query facts needed inside foreachBatch."""
+
+    spark: SparkSession
+    checkpoint: str
+    _app_id: str | None = field(default=None)
+
+    @property
+    def app_id(self) -> str:
+        # Delta txnAppId: the streaming query's id from its checkpoint. A new checkpoint is a new
+        # id, so a reprocess-from-scratch is not mistaken for already-committed batches.
+        if self._app_id is None:
+            self._app_id = ckpt.query_id(self.spark, self.checkpoint)
+        return self._app_id
+
+
+def _idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int) -> None:
+    (
+        df.write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", batch_id)
+        .save(path)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Kafka -> bronze + quarantine
+# ---------------------------------------------------------------------------------------------
+def kafka_source(spark: SparkSession, settings: Settings) -> DataFrame:
+    return (
+        spark.readStream.format("kafka")
+        .options(**settings.spark_kafka_options)
+        .option("subscribe", settings.events_topic)
+        # A new instance starts at the earliest retained offset: nothing produced before the
+        # first run is skipped (DESIGN §7).
+        .option("startingOffsets", "earliest")
+        # Records deleted by retention before the stream read them fail the query loudly.
+        .option("failOnDataLoss", "true")
+        .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
+        .load()
+    )
+
+
+def write_bronze_batch(settings: Settings, ctx: _Batch) -> Callable[[DataFrame, int], None]:
+    def run(batch: DataFrame, batch_id: int) -> None:
+        stamp = [
+            F.current_timestamp().alias("ingested_at"),
+            F.lit(batch_id).cast("long").alias("bronze_batch_id"),
+        ]
+        with parsed_events(batch, settings) as (valid, bad):
+            _idempotent_append(valid.select("*", *stamp), settings.table_path(BRONZE.name),
+                               ctx.app_id, batch_id)
+            _idempotent_append(bad.select("*", *stamp), settings.table_path(QUARANTINE.name),
+                               ctx.app_id, batch_id)
+
+    return run
+
+
+def start_bronze(spark: SparkSession, settings: Settings, trigger: Trigger) -> StreamingQuery:
+    ensure_tables(spark, settings)
+    checkpoint = settings.checkpoint_path(BRONZE_QUERY)
+    ctx = _Batch(spark, checkpoint)
+    writer = (
+        kafka_source(spark, settings)
+        .writeStream.queryName(BRONZE_QUERY)
+        .foreachBatch(write_bronze_batch(settings, ctx))
+        .option("checkpointLocation", checkpoint)
+    )
+    return trigger.apply(writer).start()
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. bronze -> streaming_aggregates + late_events
+# ---------------------------------------------------------------------------------------------
+def bronze_source(spark: SparkSession, settings: Settings) -> DataFrame:
+    return (
+        spark.readStream.format("delta")
+        # Read the log version by version from the table's creation (never an initial snapshot),
+        # so each batch's source range is a range of bronze commit versions.
+        .option("startingVersion", 0)
+        .option("maxFilesPerTrigger", 1_000_000)
+        .load(settings.table_path(BRONZE.name))
+    )
+
+
+def windowed_aggregates(events: DataFrame, settings: Settings) -> DataFrame:
+    agg = (
+        events.select("event_id", "key", "event_time", "value")
+        .withWatermark("event_time", spark_interval(settings.watermark_delay))
+        .dropDuplicatesWithinWatermark(["event_id"])
+        .groupBy(window_of(settings).alias("window"), "key")
+        .agg(*measures())
+    )
+    return flatten_window(agg)
+
+
+def bronze_version_range(start: dict | None, end: dict) -> tuple[int, int]:
+    """Bronze commit versions [first, last] a Delta-source batch covers. With an unlimited
+    maxFilesPerTrigger a batch always ends at a version boundary: `index` -1 means "before any
+    file of reservoirVersion", so that version is not included."""
+    def consumed_through(off: dict) -> int:
+        return off["reservoirVersion"] - (1 if off["index"] == -1 else 0)
+
+    first = 0 if start is None else consumed_through(start) + 1
+    return first, consumed_through(end)
+
+
+def late_rows(
+    spark: SparkSession, settings: Settings, first: int, last: int, watermark_ms: int, batch_id: int
+) -> DataFrame:
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", first)
+        .option("endingVersion", last)
+        .load(settings.table_path(BRONZE.name))
+        .where("_change_type = 'insert'")
+    )
+    wm = F.timestamp_millis(F.lit(watermark_ms))
+    w = window_of(settings)
+    return changes.where(F.col("event_time") <= wm).select(
+        "event_id",
+        "key",
+        "event_time",
+        "value",
+        "event_date",
+        w.start.alias("window_start"),
+        w.end.alias("window_end"),
+        (F.unix_millis(wm) - F.unix_millis("event_time")).alias("lateness_ms"),
+        F.lit(batch_id).cast("long").alias("batch_id"),
+        wm.alias("batch_watermark"),
+        "topic",
+        "partition",
+        "offset",
+        "kafka_timestamp",
+        F.current_timestamp().alias("recorded_at"),
+    )
+
+
+def write_aggregate_batch(settings: Settings, ctx: _Batch) -> Callable[[DataFrame, int], None]:
+    def run(batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        this = ckpt.batch_offsets(spark, ctx.checkpoint, batch_id)
+        prev = ckpt.batch_offsets(spark, ctx.checkpoint, batch_id - 1) if batch_id > 0 else None
+        wm_ms = this.watermark_ms
+        wm = F.timestamp_millis(F.lit(wm_ms))
+        now = datetime.now(UTC)
+        rows = batch.select(
+            "*",
+            F.when(F.col("window_end") <= wm, "final").otherwise("open").alias("status"),
+            wm.alias("watermark"),
+            F.lit(batch_id).cast("long").alias("batch_id"),
+            F.lit(now).alias("updated_at"),
+        ).persist()
+        try:
+            target = DeltaTable.forPath(spark, settings.table_path(STREAMING.name))
+            dates = [r.event_date for r in rows.select("event_date").distinct().collect()]
+            if dates:
+                in_dates = "t.event_date IN ({})".format(
+                    ",".join(f"DATE'{d.isoformat()}'" for d in dates)
+                )
+                (
+                    target.alias("t")
+                    .merge(rows.alias("s"), f"{in_dates} AND t.event_date = s.event_date AND "
+                           "t.window_start = s.window_start AND t.key = s.key")
+                    .whenMatchedUpdateAll()
+                    .whenNotMatchedInsertAll()
+                    .execute()
+                )
+            # Windows the watermark has passed are final (Spark evicts them in this batch).
+            target.update(
+                condition=(F.col("status") == "open")
+                & (F.col("event_date") <= F.to_date(wm))
+                & (F.col("window_end") <= wm),
+                set={"status": F.lit("final"), "updated_at": F.lit(now)},
+            )
+        finally:
+            rows.unpersist()
+        src_end = this.sources[0]
+        if src_end is not None:
+            first, last = bronze_version_range(prev.sources[0] if prev else None, src_end)
+            if first <= last and wm_ms > 0:
+                late = late_rows(spark, settings, first, last, wm_ms, batch_id)
+                _idempotent_append(late, settings.table_path(LATE.name), ctx.app_id, batch_id)
+
+    return run
+
+
+def start_aggregates(spark: SparkSession, settings: Settings, trigger: Trigger) -> StreamingQuery:
+    ensure_tables(spark, settings)
+    checkpoint = settings.checkpoint_path(AGG_QUERY)
+    ctx = _Batch(spark, checkpoint)
+    writer = (
+        windowed_aggregates(bronze_source(spark, settings), settings)
+        .writeStream.queryName(AGG_QUERY)
+        .outputMode("update")
+        .foreachBatch(write_aggregate_batch(settings, ctx))
+        .option("checkpointLocation", checkpoint)
+    )
+    return trigger.apply(writer).start()
+
+
+STARTERS = {BRONZE_QUERY: start_bronze, AGG_QUERY: start_aggregates}
+
+
+def run_available_now(spark: SparkSession, settings: Settings, query: str) -> list[dict]:
+    """One checkpointed catch-up of `query`: every available record, then stop. Returns the
+    progress reports of its batches (also recorded in `stream_progress`)."""
+    with checkpoint_lock(settings.root, query):
+        q = STARTERS[query](spark, settings, Trigger(available_now=True))
+        q.awaitTermination()
+        progresses = [json.loads(p.json) for p in q.recentProgress]
+    ends = None
+    if query == BRONZE_QUERY:
+        ends = {p.partition: p.latest for p in topic_offsets(settings)}
+    record_progress(spark, settings, query, progresses, ends)
+    return progresses
+
+
+def catch_up(spark: SparkSession, settings: Settings) -> dict[str, list[dict]]:
+    """Bronze then aggregates, each available-now until done."""
+    return {q: run_available_now(spark, settings, q) for q in (BRONZE_QUERY, AGG_QUERY)}

@@ -1,0 +1,125 @@
+"""Delta table names, schemas and creation. Every table lives at `$LAKEHOUSE_ROOT/<name>`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from lakehouse.settings import Settings
+
+MEASURES = """
+    event_count BIGINT NOT NULL,
+    value_sum DECIMAL(38,6) NOT NULL,
+    value_min DECIMAL(38,6) NOT NULL,
+    value_max DECIMAL(38,6) NOT NULL,
+    event_fingerprint DECIMAL(38,0) NOT NULL
+"""
+WINDOW_KEY = """
+    event_date DATE NOT NULL,
+    window_start TIMESTAMP NOT NULL,
+    window_end TIMESTAMP NOT NULL,
+    key STRING NOT NULL
+"""
+MEASURE_COLUMNS = ("event_count", "value_sum", "value_min", "value_max", "event_fingerprint")
+WINDOW_COLUMNS = ("event_date", "window_start", "window_end", "key")
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    ddl: str
+    partition_by: str
+    change_data_feed: bool = False
+
+
+BRONZE = Table(
+    "bronze_events",
+    """event_id STRING NOT NULL, key STRING NOT NULL, event_time TIMESTAMP NOT NULL,
+    payload_event_time TIMESTAMP NOT NULL, value DECIMAL(38,6) NOT NULL, attributes STRING,
+    record_key STRING, topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL,
+    kafka_timestamp TIMESTAMP NOT NULL, event_date DATE NOT NULL,
+    ingested_at TIMESTAMP NOT NULL, bronze_batch_id BIGINT NOT NULL""",
+    "event_date",
+    # The late lane reads bronze by commit-version range (the aggregation batch's source range).
+    change_data_feed=True,
+)
+QUARANTINE = Table(
+    "quarantined_events",
+    """reason STRING NOT NULL, detail STRING, topic STRING NOT NULL, partition INT NOT NULL,
+    offset BIGINT NOT NULL, kafka_timestamp TIMESTAMP NOT NULL, value_bytes INT,
+    raw_key STRING, raw_value STRING, quarantine_date DATE NOT NULL,
+    ingested_at TIMESTAMP NOT NULL, bronze_batch_id BIGINT NOT NULL""",
+    "quarantine_date",
+)
+STREAMING = Table(
+    "streaming_aggregates",
+    f"""{WINDOW_KEY}, {MEASURES}, status STRING NOT NULL, watermark TIMESTAMP,
+    batch_id BIGINT NOT NULL, updated_at TIMESTAMP NOT NULL""",
+    "event_date",
+)
+LATE = Table(
+    "late_events",
+    """event_id STRING NOT NULL, key STRING NOT NULL, event_time TIMESTAMP NOT NULL,
+    value DECIMAL(38,6) NOT NULL, event_date DATE NOT NULL, window_start TIMESTAMP NOT NULL,
+    window_end TIMESTAMP NOT NULL, lateness_ms BIGINT NOT NULL, batch_id BIGINT NOT NULL,
+    batch_watermark TIMESTAMP NOT NULL, topic STRING NOT NULL, partition INT NOT NULL,
+    offset BIGINT NOT NULL, kafka_timestamp TIMESTAMP NOT NULL, recorded_at TIMESTAMP NOT NULL""",
+    "event_date",
+)
+RECONCILED = Table(
+    "reconciled_aggregates",
+    f"""{WINDOW_KEY}, {MEASURES}, revision INT NOT NULL, status STRING NOT NULL,
+    updated_at TIMESTAMP NOT NULL""",
+    "event_date",
+    change_data_feed=True,
+)
+REPLAY = Table(
+    "replay_aggregates",
+    f"{WINDOW_KEY}, {MEASURES}, replayed_at TIMESTAMP NOT NULL",
+    "event_date",
+)
+CORRECTIONS = Table(
+    "late_corrections",
+    f"""{WINDOW_KEY}, revision INT NOT NULL, cause STRING NOT NULL,
+    before_event_count BIGINT, before_value_sum DECIMAL(38,6), before_value_min DECIMAL(38,6),
+    before_value_max DECIMAL(38,6), before_event_fingerprint DECIMAL(38,0),
+    after_event_count BIGINT, after_value_sum DECIMAL(38,6), after_value_min DECIMAL(38,6),
+    after_value_max DECIMAL(38,6), after_event_fingerprint DECIMAL(38,0),
+    corrected_at TIMESTAMP NOT NULL, run_id STRING""",
+    "event_date",
+)
+PROGRESS = Table(
+    "stream_progress",
+    """query STRING NOT NULL, batch_id BIGINT NOT NULL, batch_timestamp TIMESTAMP,
+    input_rows BIGINT, input_rows_per_second DOUBLE, processed_rows_per_second DOUBLE,
+    start_offsets STRING, end_offsets STRING, watermark TIMESTAMP,
+    rows_dropped_by_watermark BIGINT, state_rows BIGINT, state_memory_bytes BIGINT,
+    duration_ms STRING, trigger_ms BIGINT, kafka_end_offsets STRING, kafka_lag BIGINT,
+    progress_date DATE NOT NULL""",
+    "progress_date",
+)
+ALL_TABLES = (BRONZE, QUARANTINE, STREAMING, LATE, RECONCILED, REPLAY, CORRECTIONS, PROGRESS)
+
+
+def ensure_tables(spark: SparkSession, settings: Settings) -> None:
+    """Create every table that does not exist yet (idempotent; safe under concurrent runs of
+    different tables, since each creation is one Delta commit)."""
+    for table in ALL_TABLES:
+        path = settings.table_path(table.name)
+        if DeltaTable.isDeltaTable(spark, path):
+            continue
+        builder = (
+            DeltaTable.createIfNotExists(spark)
+            .location(path)
+            .addColumns(spark.createDataFrame([], table.ddl).schema)
+            .partitionedBy(table.partition_by)
+        )
+        if table.change_data_feed:
+            builder = builder.property("delta.enableChangeDataFeed", "true")
+        builder.execute()
+
+
+def read_table(spark: SparkSession, settings: Settings, table: Table):
+    return spark.read.format("delta").load(settings.table_path(table.name))
