@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import date
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("TQDM_DISABLE", "1")  # GX metric progress bars
 
 import great_expectations as gx  # noqa: E402
 import great_expectations.expectations as gxe  # noqa: E402

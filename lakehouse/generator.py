@@ -104,9 +104,8 @@ def _malformed(kind: str, t: datetime, rnd: random.Random, i: int) -> bytes:
     elif kind == "value_too_precise":
         base["value"] = "0.1234567"
     elif kind == "event_time_in_future":
-        base["event_time"] = (datetime.now(UTC) + timedelta(days=2)).isoformat().replace(
-            "+00:00", "Z"
-        )
+        # Far beyond any skew whenever it is produced, and still deterministic.
+        base["event_time"] = (t + timedelta(days=3650)).isoformat().replace("+00:00", "Z")
     return _encode(base)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -42,7 +43,33 @@ def ensure_topic(
         if "TOPIC_ALREADY_EXISTS" not in str(exc):
             raise
         return False
+    _wait_for_leaders(client, topic, timeout)
     return True
+
+
+def _wait_for_leaders(client: AdminClient, topic: str, timeout: float) -> None:
+    """A new topic answers offset requests only once every partition has a leader."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        meta = client.list_topics(topic, timeout=timeout).topics.get(topic)
+        if meta and meta.error is None and meta.partitions and all(
+            p.leader >= 0 and p.error is None for p in meta.partitions.values()
+        ):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"topic {topic!r} has partitions without a leader after {timeout}s")
+
+
+def _retrying(call, attempts: int = 20, pause: float = 0.25):
+    """Retry broker calls that fail with a retriable error (e.g. a leader election)."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if attempt == attempts - 1 or not getattr(err, "retriable", lambda: False)():
+                raise
+            time.sleep(pause)
 
 
 @dataclass(frozen=True)
@@ -73,7 +100,8 @@ def topic_offsets(settings: Settings, topic: str | None = None, timeout: float =
             return []
         result = []
         for p in sorted(meta.partitions):
-            lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            lo, hi = _retrying(lambda p=p: consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=timeout))
             result.append(PartitionOffsets(p, lo, hi))
         return result
     finally:
@@ -88,9 +116,9 @@ def offsets_for_time(
     consumer = _consumer(settings)
     try:
         parts = [p.partition for p in topic_offsets(settings, topic, timeout)]
-        found = consumer.offsets_for_times(
+        found = _retrying(lambda: consumer.offsets_for_times(
             [TopicPartition(topic, p, ts_ms) for p in parts], timeout=timeout
-        )
+        ))
         ends = {p.partition: p.latest for p in topic_offsets(settings, topic, timeout)}
         return {tp.partition: (tp.offset if tp.offset >= 0 else ends[tp.partition]) for tp in found}
     finally:

@@ -20,7 +20,7 @@ _UNITS = {
     "hour": 3600, "h": 3600,
     "day": 86400, "d": 86400,
 }
-_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+?)s?\s*$")
+_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
 
 # Kafka client options passed through to Spark's reader and to confluent-kafka, e.g.
 # KAFKA_SECURITY_PROTOCOL=SASL_SSL -> security.protocol, KAFKA_SASL_MECHANISM -> sasl.mechanism.
@@ -37,7 +37,8 @@ class SettingsError(ValueError):
 def parse_duration(text: str, name: str = "duration") -> timedelta:
     """Parse Spark-style durations: '30 seconds', '1 minute', '7 days', '500 ms'."""
     m = _DURATION.match(str(text).lower())
-    unit = m and (_UNITS.get(m.group(2)) or _UNITS.get(m.group(2) + "s"))
+    word = m.group(2) if m else ""
+    unit = _UNITS.get(word) or (_UNITS.get(word[:-1]) if word.endswith("s") else None)
     if not m or unit is None:
         raise SettingsError(
             f"{name}={text!r} is not a duration: use '<integer> <unit>' with unit one of "

@@ -41,6 +41,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": "4g",
         "spark.sql.adaptive.enabled": "true",
+        "spark.sql.chunkBase64String.enabled": "false",  # quarantine raw bytes on one line
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
         "spark.sql.streaming.metricsEnabled": "false",

@@ -1,0 +1,64 @@
+"""The local KRaft broker: start, idempotent start, status, stop, and clear failures."""
+
+import socket
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, free_port, load_broker_module
+
+broker = load_broker_module()
+
+
+def run(*args, env_extra=None):
+    return subprocess.run([sys.executable, str(REPO / "infra/kafka/broker.py"), *args],
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_up_is_idempotent_and_down_stops_it(tmp_path):
+    port = free_port()
+    state = str(tmp_path / "k")
+    first = run("up", "--state-dir", state, "--port", str(port))
+    try:
+        assert first.returncode == 0, first.stderr
+        assert f"Kafka up on 127.0.0.1:{port}" in first.stdout
+        assert broker._answers(port)
+        again = run("up", "--state-dir", state, "--port", str(port))
+        assert again.returncode == 0 and "already running" in again.stdout
+        status = run("status", "--state-dir", state, "--port", str(port))
+        assert status.returncode == 0 and "running" in status.stdout
+    finally:
+        down = run("down", "--state-dir", state, "--port", str(port))
+    assert down.returncode == 0 and "stopped" in down.stdout
+    assert not broker._port_open(port)
+    assert run("status", "--state-dir", state, "--port", str(port)).returncode == 3
+    # Restart on the formatted storage works (format happens once).
+    again = run("up", "--state-dir", state, "--port", str(port))
+    assert again.returncode == 0, again.stderr
+    run("down", "--state-dir", state, "--port", str(port))
+
+
+def test_port_taken_is_a_one_line_error(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        done = run("up", "--state-dir", str(tmp_path / "k"), "--port", str(port))
+    assert done.returncode == 1
+    assert done.stderr.strip().count("\n") == 0
+    assert f"port {port} is taken" in done.stderr
+
+
+def test_missing_jars_say_run_make_setup(tmp_path, monkeypatch):
+    monkeypatch.setattr(broker, "JARS", tmp_path / "none")
+    b = broker.Broker(tmp_path / "k", free_port())
+    with pytest.raises(broker.BrokerError, match="make setup"):
+        b.up()
+
+
+def test_missing_java_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    b = broker.Broker(tmp_path / "k", free_port())
+    with pytest.raises(broker.BrokerError, match="java not found"):
+        b.up()

@@ -1,0 +1,161 @@
+"""The parser on real Spark: every reason code, exact values, and a fuzz test that every
+record ends in exactly one of bronze or quarantine."""
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+
+from lakehouse.settings import Settings
+from spark_jobs.parse import REASONS, parsed_events
+
+BROKER_TIME = datetime(2026, 11, 21, 14, 1, tzinfo=UTC)
+SETTINGS = Settings.from_env({"MAX_EVENT_BYTES": "2048"})
+SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+
+
+def ev(**fields) -> bytes:
+    base = {"event_id": "e1", "key": "k1", "event_time": "2026-11-21T14:00:05.123Z", "value": 1}
+    base.update(fields)
+    return json.dumps({k: v for k, v in base.items() if v is not ...}).encode()
+
+
+def split(spark, values, settings=SETTINGS):
+    rows = [(b"k", v, "t", 0, i, BROKER_TIME) for i, v in enumerate(values)]
+    df = spark.createDataFrame(rows, SCHEMA)
+    with parsed_events(df, settings) as (valid, bad):
+        return ({r.offset: r for r in valid.collect()}, {r.offset: r for r in bad.collect()})
+
+
+VALID_CASES = [
+    (ev(), Decimal("1.000000"), datetime(2026, 11, 21, 14, 0, 5, 123000)),
+    (ev(value=12.5), Decimal("12.500000"), None),
+    (ev(value="0.000001"), Decimal("0.000001"), None),
+    (ev(value="-3.10"), Decimal("-3.100000"), None),
+    (ev(value=1.5e3), Decimal("1500.000000"), None),  # exponent notation, exact
+    (ev(value="12.3400000"), Decimal("12.340000"), None),  # trailing zeros are not precision
+    (ev(value=999999999999999999.999999), None, None),  # not exact as a double -> see below
+    (ev(event_time=1795168846100), None, datetime(2026, 11, 20, 10, 0, 46, 100000)),
+    (ev(event_time="1795168846100"), None, datetime(2026, 11, 20, 10, 0, 46, 100000)),
+    (ev(event_time="2026-11-21T16:00:05+02:00"), None, datetime(2026, 11, 21, 14, 0, 5)),
+    (ev(event_time="2026-11-21T13:00:05.5-0100"), None, datetime(2026, 11, 21, 14, 0, 5, 500000)),
+    (ev(attributes={"country": "DE", "tags": [1, 2]}), None, None),
+]
+
+
+def test_valid_records_parse_exactly(spark):
+    values = [c[0] for c in VALID_CASES]
+    values[6] = b'{"event_id":"e1","key":"k1","event_time":1795168846100,' \
+                b'"value":999999999999999999.999999}'
+    valid, bad = split(spark, values)
+    assert not bad, {o: r.reason for o, r in bad.items()}
+    for i, (_, value, when) in enumerate(VALID_CASES):
+        if value is not None:
+            assert valid[i].value == value
+        if when is not None:
+            assert valid[i].event_time == when and valid[i].payload_event_time == when
+    assert valid[6].value == Decimal("999999999999999999.999999")
+    assert json.loads(valid[11].attributes) == {"country": "DE", "tags": [1, 2]}
+    assert valid[0].event_date.isoformat() == "2026-11-21"
+    assert valid[0].kafka_timestamp == BROKER_TIME.replace(tzinfo=None)
+
+
+BAD_CASES = [
+    (b"x" * 3000, "payload_too_large"),
+    (b"", "empty_payload"),
+    (None, "empty_payload"),
+    (b'{"event_id": "\xff\xfe"}', "invalid_utf8"),
+    (b'{"event_id": "e1", ', "invalid_json"),
+    (b"NaN", "invalid_json"),
+    (b'[{"event_id": "e1"}]', "not_an_object"),
+    (b'"just a string"', "not_an_object"),
+    (b"42", "not_an_object"),
+    (ev(event_id=...), "missing_event_id"),
+    (ev(event_id="  "), "missing_event_id"),
+    (ev(key=...), "missing_key"),
+    (ev(key=""), "missing_key"),
+    (ev(event_time=...), "missing_event_time"),
+    (ev(value=...), "missing_value"),
+    (ev(value=None), "missing_value"),
+    (ev(event_time="2026-11-21T14:00:05"), "invalid_event_time"),  # no offset: never guessed
+    (ev(event_time="yesterday"), "invalid_event_time"),
+    (ev(event_time=1.5), "invalid_event_time"),
+    (ev(event_time="2026-13-45T99:00:00Z"), "invalid_event_time"),
+    (ev(value="12,50"), "invalid_value"),
+    (ev(value="NaN"), "invalid_value"),
+    (ev(value=True), "invalid_value"),
+    (ev(value={"amount": 1}), "invalid_value"),
+    (b'{"event_id":"e","key":"k","event_time":1795168846100,"value":1e400}', "invalid_value"),
+    (ev(value="0.1234567"), "value_too_precise"),
+    (b'{"event_id":"e","key":"k","event_time":1795168846100,"value":1.0000000000000001e0}',
+     "value_too_precise"),
+    (ev(value="1000000000000000000"), "value_out_of_range"),
+    (ev(value=-1e19), "value_out_of_range"),
+    (ev(event_time="2026-11-21T14:06:01Z"), "event_time_in_future"),
+]
+
+
+def test_every_malformed_record_is_quarantined_with_its_reason(spark):
+    values = [c[0] for c in BAD_CASES]
+    valid, bad = split(spark, values)
+    assert not valid, list(valid)
+    got = {o: bad[o].reason for o in bad}
+    assert got == {i: reason for i, (_, reason) in enumerate(BAD_CASES)}
+    assert {r for _, r in BAD_CASES} <= set(REASONS)
+    # Raw bytes are kept (base64), with position and a readable detail where it helps.
+    import base64
+
+    assert base64.b64decode(bad[3].raw_value) == BAD_CASES[3][0]
+    assert bad[0].value_bytes == 3000 and "MAX_EVENT_BYTES=2048" in bad[0].detail
+    assert "0.1234567" in bad[25].detail
+    assert bad[26].detail.startswith("value=1.0000000000000001")
+    assert bad[5].quarantine_date.isoformat() == "2026-11-21"
+
+
+def test_future_skew_boundary_is_inclusive(spark):
+    valid, bad = split(spark, [ev(event_time="2026-11-21T14:06:00Z")])  # exactly 5 min
+    assert list(valid) == [0] and not bad
+
+
+def test_kafka_timestamp_policy_drives_windows_from_broker_time(spark):
+    s = Settings.from_env({"TIMESTAMP_POLICY": "kafka_timestamp"})
+    valid, _ = split(spark, [ev(event_time="2026-11-20T01:00:00Z")], s)
+    assert valid[0].event_time == BROKER_TIME.replace(tzinfo=None)
+    assert valid[0].payload_event_time == datetime(2026, 11, 20, 1, 0)
+    assert valid[0].event_date.isoformat() == "2026-11-21"
+
+
+near_valid = st.fixed_dictionaries(
+    {},
+    optional={
+        "event_id": st.one_of(st.text(max_size=8), st.integers(), st.none()),
+        "key": st.one_of(st.text(max_size=8), st.none(), st.booleans()),
+        "event_time": st.one_of(
+            st.integers(min_value=-10, max_value=2**53), st.text(max_size=30),
+            st.datetimes(timezones=st.just(UTC)).map(lambda d: d.isoformat()),
+        ),
+        "value": st.one_of(
+            st.decimals(allow_nan=True, allow_infinity=True).map(str),
+            st.floats(allow_nan=False, allow_infinity=False), st.integers(), st.text(max_size=10),
+        ),
+        "attributes": st.one_of(st.dictionaries(st.text(max_size=4), st.integers(), max_size=3),
+                                st.text(max_size=5)),
+    },
+).map(lambda d: json.dumps(d).encode())
+payloads = st.lists(st.one_of(st.binary(max_size=64), near_valid, st.none()), min_size=1,
+                    max_size=150)
+
+
+@hsettings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(payloads)
+def test_fuzz_every_record_lands_exactly_once(spark, values):
+    valid, bad = split(spark, values)
+    assert set(valid) | set(bad) == set(range(len(values)))
+    assert not set(valid) & set(bad)
+    for row in valid.values():
+        assert row.event_id and row.key and row.event_time is not None
+        assert row.value is not None and abs(row.value) < Decimal(10) ** 18
+    for row in bad.values():
+        assert row.reason in REASONS

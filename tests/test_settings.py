@@ -1,0 +1,80 @@
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from lakehouse.settings import Settings, SettingsError, parse_duration, spark_interval
+
+
+def test_defaults_match_the_contract():
+    s = Settings.from_env({})
+    assert s.kafka_bootstrap_servers == "localhost:9092"
+    assert s.events_topic == "events"
+    assert s.lakehouse_root == Path("./.lakehouse")
+    assert s.window_size == timedelta(minutes=1)
+    assert s.watermark_delay == timedelta(seconds=30)
+    assert s.correction_horizon == timedelta(days=7)
+    assert s.timestamp_policy == "event_time"
+    assert s.spark_master == "local[*]"
+    assert s.shuffle_partitions <= 8  # sized for the machine, never Spark's 200
+
+
+def test_env_overrides_are_parsed():
+    s = Settings.from_env({
+        "KAFKA_BOOTSTRAP_SERVERS": "a:1,b:2", "EVENTS_TOPIC": "meters",
+        "LAKEHOUSE_ROOT": "/data/lh", "WINDOW_SIZE": "5 minutes", "WATERMARK_DELAY": "2 minutes",
+        "CORRECTION_HORIZON": "3 days", "TIMESTAMP_POLICY": "kafka_timestamp",
+        "SPARK_MASTER": "spark://h:7077",
+    })
+    assert (s.window_size, s.watermark_delay, s.correction_horizon) == (
+        timedelta(minutes=5), timedelta(minutes=2), timedelta(days=3))
+    assert s.timestamp_policy == "kafka_timestamp"
+    assert s.table_path("bronze_events") == "/data/lh/bronze_events"
+    assert s.spark_kafka_options["kafka.bootstrap.servers"] == "a:1,b:2"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("30 seconds", timedelta(seconds=30)), ("1 minute", timedelta(minutes=1)),
+    ("7 days", timedelta(days=7)), ("500 ms", timedelta(milliseconds=500)),
+    ("2 hours", timedelta(hours=2)), ("10s", timedelta(seconds=10)),
+])
+def test_durations(text, expected):
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"WINDOW_SIZE": "soon"}, "WINDOW_SIZE='soon' is not a duration"),
+    ({"WINDOW_SIZE": "7 minutes"}, "divide a day"),
+    ({"WATERMARK_DELAY": "-5 seconds"}, "WATERMARK_DELAY"),
+    ({"TIMESTAMP_POLICY": "wallclock"}, "must be 'event_time' or 'kafka_timestamp'"),
+    ({"KAFKA_BOOTSTRAP_SERVERS": "nohostport"}, "host:port"),
+    ({"EVENTS_TOPIC": "bad topic!"}, "not a valid Kafka topic"),
+    ({"CORRECTION_HORIZON": "10 seconds"}, "at least WATERMARK_DELAY"),
+    ({"MAX_EVENT_BYTES": "0"}, "positive integer"),
+    ({"LAKEHOUSE_START_DATE": "21/11/2026"}, "YYYY-MM-DD"),
+])
+def test_bad_values_fail_with_a_clear_message(env, needle):
+    with pytest.raises(SettingsError, match=needle.replace("(", r"\(").replace("'", "'")):
+        Settings.from_env(env)
+
+
+def test_kafka_security_passes_through_to_spark_and_confluent():
+    s = Settings.from_env({
+        "KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_MECHANISM": "PLAIN",
+        "KAFKA_SASL_JAAS_CONFIG": "org.apache.kafka.common.security.plain.PlainLoginModule x;",
+        "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": "p",
+        "KAFKA_SSL_CA_LOCATION": "/ca.pem",
+    })
+    spark = s.spark_kafka_options
+    assert spark["kafka.security.protocol"] == "SASL_SSL"
+    assert spark["kafka.sasl.mechanism"] == "PLAIN"
+    assert "kafka.sasl.jaas.config" in spark and "kafka.sasl.username" not in spark
+    client = s.client_config
+    assert client["security.protocol"] == "SASL_SSL"
+    assert client["sasl.username"] == "u" and client["ssl.ca.location"] == "/ca.pem"
+    assert "sasl.jaas.config" not in client
+
+
+def test_spark_interval_is_exact():
+    assert spark_interval(timedelta(seconds=30)) == "30 seconds"
+    assert spark_interval(timedelta(milliseconds=1500)) == "1500 milliseconds"
