@@ -5,8 +5,9 @@ import json
 from datetime import UTC, datetime
 from decimal import Decimal
 
-import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from lakehouse.settings import Settings
 from spark_jobs.parse import REASONS, parsed_events
