@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from lakehouse.settings import Settings
@@ -60,6 +60,15 @@ def _wait_for_leaders(client: AdminClient, topic: str, timeout: float) -> None:
     raise TimeoutError(f"topic {topic!r} has partitions without a leader after {timeout}s")
 
 
+# A fresh topic (or broker) reports these until leadership settles.
+_TRANSIENT = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+}
+
+
 def _retrying(call, attempts: int = 20, pause: float = 0.25):
     """Retry broker calls that fail with a retriable error (e.g. a leader election)."""
     for attempt in range(attempts):
@@ -67,7 +76,10 @@ def _retrying(call, attempts: int = 20, pause: float = 0.25):
             return call()
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
-            if attempt == attempts - 1 or not getattr(err, "retriable", lambda: False)():
+            transient = getattr(err, "retriable", lambda: False)() or (
+                getattr(err, "code", lambda: None)() in _TRANSIENT
+            )
+            if attempt == attempts - 1 or not transient:
                 raise
             time.sleep(pause)
 
