@@ -31,11 +31,18 @@ def raw_events(lakehouse: LakehouseResource) -> MaterializeResult:
     })
 
 
-def _stream_metadata(progresses: list[dict], took: float) -> dict:
+def _catch_up(spark: SparkResource, lakehouse: LakehouseResource, query: str) -> dict:
+    """Run one availableNow catch-up of `query`; metadata common to both stream assets."""
+    t0 = time.monotonic()
+    progresses = stream.run_available_now(spark.session, lakehouse.settings, query)
     return {
         "batches": len(progresses),
         "input_rows": sum(int(p.get("numInputRows") or 0) for p in progresses),
-        "duration_s": round(took, 2),
+        "rows_dropped_by_watermark": sum(
+            int(s.get("numRowsDroppedByWatermark", 0))
+            for p in progresses for s in (p.get("stateOperators") or [])
+        ),
+        "duration_s": round(time.monotonic() - t0, 2),
     }
 
 
@@ -46,9 +53,7 @@ def _stream_metadata(progresses: list[dict], took: float) -> dict:
 def bronze_events(context: AssetExecutionContext, lakehouse: LakehouseResource,
                   spark: SparkResource) -> MaterializeResult:
     settings = lakehouse.settings
-    t0 = time.monotonic()
-    progresses = stream.run_available_now(spark.session, settings, stream.BRONZE_QUERY)
-    meta = _stream_metadata(progresses, time.monotonic() - t0)
+    meta = _catch_up(spark, lakehouse, stream.BRONZE_QUERY)
     meta.update(bronze_summary(spark.session, settings))
     meta["path"] = MetadataValue.path(settings.table_path(BRONZE.name))
     meta["quarantine_path"] = MetadataValue.path(settings.table_path(QUARANTINE.name))
@@ -62,13 +67,7 @@ def bronze_events(context: AssetExecutionContext, lakehouse: LakehouseResource,
 def streaming_aggregates(context: AssetExecutionContext, lakehouse: LakehouseResource,
                          spark: SparkResource) -> MaterializeResult:
     settings = lakehouse.settings
-    t0 = time.monotonic()
-    progresses = stream.run_available_now(spark.session, settings, stream.AGG_QUERY)
-    meta = _stream_metadata(progresses, time.monotonic() - t0)
-    meta["rows_dropped_by_watermark"] = sum(
-        int(s.get("numRowsDroppedByWatermark", 0))
-        for p in progresses for s in (p.get("stateOperators") or [])
-    )
+    meta = _catch_up(spark, lakehouse, stream.AGG_QUERY)
     meta.update(streaming_summary(spark.session, settings))
     meta["path"] = MetadataValue.path(settings.table_path(STREAMING.name))
     meta["late_events_path"] = MetadataValue.path(settings.table_path(LATE.name))
