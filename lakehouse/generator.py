@@ -70,7 +70,7 @@ def _iso(t: datetime, rnd: random.Random) -> str | int:
     if rnd.random() < 0.2:
         return int(t.timestamp() * 1000)  # epoch milliseconds
     if rnd.random() < 0.1:
-        return t.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "+00:00")
+        return t.isoformat(timespec="milliseconds")  # "+00:00" offset form
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

@@ -10,7 +10,7 @@ from conftest import REPO, free_port, load_broker_module
 broker = load_broker_module()
 
 
-def run(*args, env_extra=None):
+def run(*args):
     return subprocess.run([sys.executable, str(REPO / "infra/kafka/broker.py"), *args],
                           capture_output=True, text=True, timeout=180)
 
