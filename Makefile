@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 MVN := mvn -q -B -s infra/jars/settings.xml
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export GX_ANALYTICS_ENABLED := false
+export TQDM_DISABLE := 1
 export DAGSTER_DISABLE_TELEMETRY := true
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(CURDIR)/$(VENV)/bin/python

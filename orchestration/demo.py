@@ -50,6 +50,11 @@ def main() -> int:
               f"{'ok' if result.success else 'FAILED'}")
         if not result.success:
             return 1
+        if i == chunks // 2 - 1:
+            # Publish what is there mid-way, so later late events correct published windows.
+            for d in sorted(table_counts(settings)["bronze_dates"]):
+                _run("reconcile_dates", instance, partition_key=d.isoformat())
+            print("  published the dates seen so far (later late events will correct them)")
     dates = sorted(table_counts(settings)["bronze_dates"])
     verdicts: dict[date, bool] = {}
     for d in dates:
