@@ -7,6 +7,8 @@ from dagster import (
     AssetExecutionContext,
     AssetSpec,
     BackfillPolicy,
+    Config,
+    Failure,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -16,7 +18,7 @@ from dagster import (
 from orchestration.partitions import daily_event_dates
 from orchestration.resources import LakehouseResource, SparkResource
 from spark_jobs.corrections import run_corrections
-from spark_jobs.replay import run_replay
+from spark_jobs.replay import ReplayIncomplete, run_replay
 from spark_jobs.tables import CORRECTIONS, RECONCILED, REPLAY
 
 
@@ -25,13 +27,21 @@ def partition_dates(context: AssetExecutionContext) -> list[date]:
     return [date.fromisoformat(k) for k in context.partition_keys]
 
 
+class CorrectionsConfig(Config):
+    reprocess: bool = False
+    """Rebuild the dates from replay_aggregates (after a bug fix or a changed window size)
+    instead of applying bronze changes; every changed window becomes a `reprocess` correction.
+    Select replay_aggregates in the same run so the replay is fresh."""
+
+
 @multi_asset(
     specs=[
         AssetSpec("late_corrections", deps=["streaming_aggregates"], group_name="reconcile",
                   kinds={"spark", "delta"}, skippable=True,
                   description="Changelog of every change to a published window (before/after, "
                               "revision, cause, run id)."),
-        AssetSpec("reconciled_aggregates", deps=["late_corrections"], group_name="reconcile",
+        AssetSpec("reconciled_aggregates", deps=["late_corrections", "replay_aggregates"],
+                  group_name="reconcile",
                   kinds={"spark", "delta"}, skippable=True,
                   description="Gold: exact per-window aggregates, revisioned, Change Data Feed "
                               "on; proven equal to the replay by a blocking GX check."),
@@ -40,19 +50,20 @@ def partition_dates(context: AssetExecutionContext) -> list[date]:
     backfill_policy=BackfillPolicy.single_run(),
     can_subset=True,
 )
-def corrections(context: AssetExecutionContext, lakehouse: LakehouseResource,
-                spark: SparkResource):
+def corrections(context: AssetExecutionContext, config: CorrectionsConfig,
+                lakehouse: LakehouseResource, spark: SparkResource):
     """One corrections pass per date writes both tables (the changelog first), so selecting
     either asset runs the same idempotent job."""
     settings = lakehouse.settings
     results = [
-        run_corrections(spark.session, settings, d, run_id=context.run_id).as_metadata()
+        run_corrections(spark.session, settings, d, run_id=context.run_id,
+                        reprocess=config.reprocess).as_metadata()
         for d in partition_dates(context)
     ]
     selected = {k.to_user_string() for k in context.selected_asset_keys}
     totals = {k: sum(r[k] for r in results) for k in
-              ("windows", "inserted", "corrected", "removed", "finalized", "beyond_horizon",
-               "late_events")}
+              ("windows", "windows_recomputed", "inserted", "corrected", "removed", "finalized",
+               "beyond_horizon", "late_events")}
     if "late_corrections" in selected:
         yield MaterializeResult(asset_key="late_corrections", metadata={
             "corrections": totals["corrected"],
@@ -63,7 +74,10 @@ def corrections(context: AssetExecutionContext, lakehouse: LakehouseResource,
         })
     if "reconciled_aggregates" in selected:
         yield MaterializeResult(asset_key="reconciled_aggregates", metadata={
-            **{f"windows_{k}": v for k, v in totals.items() if k != "late_events"},
+            **{(k if k.startswith("windows") else f"windows_{k}"): v
+               for k, v in totals.items() if k != "late_events"},
+            "modes": MetadataValue.json({r["event_date"]: f"{r['mode']}: {r['reason']}"
+                                         for r in results}),
             "watermark": results[-1]["watermark"] if results else None,
             "per_date": MetadataValue.json(results),
             "path": MetadataValue.path(settings.table_path(RECONCILED.name)),
@@ -78,8 +92,15 @@ def corrections(context: AssetExecutionContext, lakehouse: LakehouseResource,
 def replay_aggregates(context: AssetExecutionContext, lakehouse: LakehouseResource,
                       spark: SparkResource) -> MaterializeResult:
     settings = lakehouse.settings
-    results = [run_replay(spark.session, settings, d).as_metadata()
-               for d in partition_dates(context)]
+    try:
+        results = [run_replay(spark.session, settings, d).as_metadata()
+                   for d in partition_dates(context)]
+    except ReplayIncomplete as exc:
+        raise Failure(description=str(exc), metadata={
+            "event_date": exc.event_date.isoformat(),
+            "missing_offsets": MetadataValue.json(
+                {str(p): {"first_missing": lo, "log_start": hi} for p, (lo, hi) in exc.missing.items()}),
+        }) from exc
     return MaterializeResult(metadata={
         "windows": sum(r["windows"] for r in results),
         "events": sum(r["events"] for r in results),

@@ -130,3 +130,37 @@ def check_equal(reconciled: DataFrame, replay: DataFrame, d: date) -> Verdict:
         )
     finally:
         frame.unpersist()
+
+
+def fast_path_gap(streaming: DataFrame, replay: DataFrame, late: DataFrame, d: date) -> dict:
+    """How far the fast path was from the replay for one date: the windows, events and value
+    the watermark cost. A differing window is explained when the late lane recorded events in
+    it, or when the fast path still has it open."""
+    status = streaming.select(*KEY, F.col("status").alias("fast_path_status"))
+    late_windows = late.select(*KEY).distinct().withColumn("has_late", F.lit(True))
+    frame = (
+        comparison_frame(streaming, replay, "streaming", "replay")
+        .join(status, list(KEY), "left")
+        .join(late_windows, list(KEY), "left")
+    )
+    differs = ~F.col("matches")
+    explained = F.col("has_late").isNotNull() | (F.col("fast_path_status") == "open")
+
+    def total(col: str) -> F.Column:
+        return F.coalesce(F.sum(F.coalesce(F.col(col), F.lit(0))), F.lit(0))
+
+    row = frame.agg(
+        F.count("*").alias("windows_compared"),
+        F.count(F.when(differs, 1)).alias("windows_differing"),
+        F.count(F.when(differs & ~F.col("present_in_reconciled"), 1)).alias("windows_missing"),
+        F.count(F.when(differs & ~F.coalesce(explained, F.lit(False)), 1))
+        .alias("windows_unexplained"),
+        (total("replay_event_count") - total("streaming_event_count")).alias("events_missed"),
+        (total("replay_value_sum") - total("streaming_value_sum")).cast("decimal(38,6)")
+        .alias("value_missed"),
+    ).first()
+    gap = row.asDict()
+    gap["value_missed"] = str(gap["value_missed"])
+    gap["late_events"] = late.count()
+    gap["event_date"] = d.isoformat()
+    return gap

@@ -15,7 +15,7 @@ lakehouse = LakehouseResource()
 
 defs = Definitions(
     assets=load_assets_from_modules([streaming, daily]),
-    asset_checks=[checks.reconciled_equals_replay],
+    asset_checks=[checks.reconciled_equals_replay, checks.fast_path_vs_replay],
     jobs=all_jobs,
     resources={"lakehouse": lakehouse, "spark": SparkResource(lakehouse=lakehouse)},
     # Spark runs in one process per run: steps share the session instead of each starting a JVM.

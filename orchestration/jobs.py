@@ -19,4 +19,24 @@ reconcile_job = define_asset_job(
     description="Corrections, replay and the blocking GX proof for event dates.",
 )
 
-all_jobs = [stream_catch_up_job, reconcile_job]
+reprocess_job = define_asset_job(
+    "reprocess_dates",
+    selection=AssetSelection.assets("replay_aggregates", "late_corrections",
+                                    "reconciled_aggregates"),
+    partitions_def=daily_event_dates,
+    config={"ops": {"corrections": {"config": {"reprocess": True}}}},
+    description="Rebuild reconciled_aggregates for dates from a fresh replay of the log (after a "
+                "bug fix or a changed window size): changed windows get a new revision and a "
+                "`reprocess` changelog row. Backfill a range of dates as one run.",
+)
+
+verify_job = define_asset_job(
+    "verify_dates",
+    selection=AssetSelection.assets("replay_aggregates")
+    | AssetSelection.checks_for_assets("reconciled_aggregates"),
+    partitions_def=daily_event_dates,
+    description="Replay dates from the log and prove reconciled_aggregates equal to it, without "
+                "touching the gold table.",
+)
+
+all_jobs = [stream_catch_up_job, reconcile_job, reprocess_job, verify_job]

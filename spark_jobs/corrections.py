@@ -1,5 +1,5 @@
-"""Corrections: recompute a date's windows exactly from bronze and publish them to the gold
-`reconciled_aggregates`, logging every change of a published window in `late_corrections`.
+"""Corrections: recompute a date's affected windows exactly from bronze and publish them to the
+gold `reconciled_aggregates`, logging every change of a published window in `late_corrections`.
 
 Rules (DESIGN §4):
 - an event counts when it is valid, the first copy of its event_id in its date (arrival order),
@@ -10,6 +10,12 @@ Rules (DESIGN §4):
   window is a correction: revision + 1, status `corrected`, one changelog row with the cause;
 - the changelog row is written before the gold row, keyed by (window, key, revision), so a run
   that dies between the two writes is completed, not duplicated, by the next run.
+
+Cost: a run reads the bronze changes since the date's previous run (Delta Change Data Feed over
+the version range recorded in `corrections_state`) and recomputes only the windows they touch
+(plus the windows of other copies of their event ids, and windows still open). The whole date
+is recomputed on its first run, when gold was changed by a commit that is not the pipeline's,
+or when the change feed for the range is no longer available.
 """
 
 from __future__ import annotations
@@ -27,13 +33,19 @@ from spark_jobs.stream import AGG_QUERY
 from spark_jobs.tables import (
     BRONZE,
     CORRECTIONS,
+    CORRECTIONS_STATE,
     LATE,
     MEASURE_COLUMNS,
+    PIPELINE_TAG,
     RECONCILED,
+    REPLAY,
     ensure_tables,
+    read_changes,
     read_table,
+    table_version,
+    tagged_commits,
 )
-from spark_jobs.windows import aggregate_windows, dedup_first
+from spark_jobs.windows import aggregate_windows, dedup_first, with_window_bounds
 
 KEY = ("window_start", "key")
 
@@ -68,6 +80,10 @@ def stream_watermark(spark: SparkSession, settings: Settings) -> datetime | None
 @dataclass
 class CorrectionResult:
     event_date: date
+    mode: str = "full"
+    reason: str = ""
+    bronze_version: int = -1
+    windows_recomputed: int = 0
     windows: int = 0
     inserted: int = 0
     corrected: int = 0
@@ -93,14 +109,22 @@ def publish(
     settings: Settings,
     d: date,
     recomputed: DataFrame,
+    scope: DataFrame | None,
     run_id: str,
-    default_cause: str,
+    result: CorrectionResult,
+    cause: str | None = None,
 ) -> CorrectionResult:
-    """Diff `recomputed` (all windows of `d`) with the gold table and apply the differences."""
-    result = CorrectionResult(d, watermark=stream_watermark(spark, settings))
+    """Diff `recomputed` with the gold rows of `d` in `scope` (windows; None = the whole date)
+    and apply the differences. The cause of a correction is `late_event` when the window has
+    late events; `duplicate` when it lost events without any (another copy of an event id now
+    comes first); else `reprocess` (a recompute not explained by new data, such as the repair of
+    a change made outside the pipeline). `cause` forces one (a reprocess run)."""
+    result.watermark = stream_watermark(spark, settings)
     wm = F.lit(result.watermark) if result.watermark else F.lit(None).cast("timestamp")
     now = datetime.now(UTC)
     gold = read_table(spark, settings, RECONCILED).where(F.col("event_date") == F.lit(d))
+    if scope is not None:
+        gold = gold.join(scope, list(KEY), "left_semi")
     late_windows = (
         read_table(spark, settings, LATE)
         .where(F.col("event_date") == F.lit(d))
@@ -132,7 +156,13 @@ def publish(
             .when((F.col("o.status") == "open") & closed, "finalize")
             .alias("action"),
             closed.alias("closed"),
-            F.when(F.col("l.has_late"), "late_event").otherwise(default_cause).alias("cause"),
+            (
+                F.lit(cause) if cause else
+                F.when(F.col("l.has_late"), "late_event")
+                .when(F.coalesce(F.col("n.event_count"), F.lit(0)) < F.col("o.event_count"),
+                      "duplicate")
+                .otherwise("reprocess")
+            ).alias("cause"),
         )
         .where(F.col("action").isNotNull())
         .withColumn(
@@ -203,16 +233,142 @@ def publish(
         diff.unpersist()
 
 
+def latest_state(spark: SparkSession, settings: Settings, d: date):
+    return (
+        read_table(spark, settings, CORRECTIONS_STATE)
+        .where(F.col("event_date") == F.lit(d))
+        .first()
+    )
+
+
+def save_state(spark: SparkSession, settings: Settings, d: date, bronze_version: int,
+               reconciled_version: int, mode: str, run_id: str) -> None:
+    row = spark.createDataFrame(
+        [(d, bronze_version, reconciled_version, mode, run_id, datetime.now(UTC))],
+        read_table(spark, settings, CORRECTIONS_STATE).schema,
+    )
+    (
+        DeltaTable.forPath(spark, settings.table_path(CORRECTIONS_STATE.name)).alias("t")
+        .merge(row.alias("s"), "t.event_date = s.event_date")
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+
+def foreign_gold_commits(spark: SparkSession, settings: Settings, d: date, since: int) -> list[int]:
+    """Commits after version `since` that changed gold rows of `d` without the pipeline's tag."""
+    current = table_version(spark, settings, RECONCILED)
+    if current <= since:
+        return []
+    history = DeltaTable.forPath(spark, settings.table_path(RECONCILED.name)).history(current - since)
+    foreign = [
+        r.version for r in history.select("version", "userMetadata").collect()
+        if r.version > since and not (r.userMetadata or "").startswith(PIPELINE_TAG)
+    ]
+    if not foreign:
+        return []
+    touched = (
+        read_changes(spark, settings, RECONCILED, min(foreign), current)
+        .where((F.col("event_date") == F.lit(d)) & F.col("_commit_version").isin(foreign))
+        .select("_commit_version").distinct().collect()
+    )
+    return sorted(r._commit_version for r in touched)
+
+
+def affected_windows(spark: SparkSession, settings: Settings, d: date, bronze: DataFrame,
+                     first: int, last: int) -> DataFrame:
+    """(window_start, key) of `d` whose counted events may differ after bronze commits
+    first..last: windows of changed rows, windows of every other copy of their event ids (a new
+    copy can come first in arrival order), and gold windows still open (they may close)."""
+    keys = list(KEY)
+    changed = (
+        read_changes(spark, settings, BRONZE, first, last)
+        .where(F.col("event_date") == F.lit(d))
+        .select("event_id", "event_time", "key")
+    )
+    copies = bronze.join(changed.select("event_id").distinct(), "event_id", "left_semi")
+    still_open = (
+        read_table(spark, settings, RECONCILED)
+        .where((F.col("event_date") == F.lit(d)) & (F.col("status") == "open"))
+        .select(*keys)
+    )
+    return (
+        with_window_bounds(changed, settings).select(*keys)
+        .unionByName(with_window_bounds(copies, settings).select(*keys))
+        .unionByName(still_open)
+        .distinct()
+    )
+
+
+def recompute(bronze: DataFrame, settings: Settings, d: date, scope: DataFrame | None) -> DataFrame:
+    """Exact windows of `d` from its bronze rows: all of them, or those in `scope`. Dedup needs
+    every copy of an event id in the date, so the rows read are the scope's windows (pruned by
+    event time) plus the other copies of their ids."""
+    if scope is None:
+        return aggregate_windows(events_for_date(bronze, settings, d), settings)
+    keys = list(KEY)
+    lo, last = scope.agg(F.min("window_start"), F.max("window_start")).first()
+    if lo is None:
+        return aggregate_windows(bronze.limit(0), settings)
+    hi = last + settings.window_size
+    in_scope = with_window_bounds(
+        bronze.where((F.col("event_time") >= F.lit(lo)) & (F.col("event_time") < F.lit(hi))),
+        settings,
+    ).join(scope, keys, "left_semi")
+    candidates = bronze.join(in_scope.select("event_id").distinct(), "event_id", "left_semi")
+    counted = (
+        with_window_bounds(events_for_date(candidates, settings, d), settings)
+        .join(scope, keys, "left_semi")
+        .drop("window_start", "window_end")
+    )
+    return aggregate_windows(counted, settings)
+
+
 def run_corrections(
-    spark: SparkSession, settings: Settings, d: date, run_id: str
+    spark: SparkSession, settings: Settings, d: date, run_id: str, reprocess: bool = False
 ) -> CorrectionResult:
-    """Correct one event date from bronze (idempotent: a rerun with no new data is a no-op)."""
+    """Correct one event date (idempotent: a rerun with no new data changes nothing).
+
+    `reprocess` rebuilds the whole date from `replay_aggregates` (the log, parsed by the current
+    code and settings) instead of bronze: every changed window is a `reprocess` correction.
+    """
     ensure_tables(spark, settings)
-    bronze = read_table(spark, settings, BRONZE)
-    recomputed = aggregate_windows(events_for_date(bronze, settings, d), settings)
-    result = publish(spark, settings, d, recomputed, run_id, default_cause="late_event")
-    in_date = bronze.where(F.col("event_date") == F.lit(d))
-    result.beyond_horizon = in_date.where(
+    bronze_version = table_version(spark, settings, BRONZE)
+    gold_version = table_version(spark, settings, RECONCILED)
+    bronze = read_table(spark, settings, BRONZE, bronze_version).where(F.col("event_date") == F.lit(d))
+    result = CorrectionResult(d, bronze_version=bronze_version)
+    scope: DataFrame | None = None
+    state = latest_state(spark, settings, d)
+    if reprocess:
+        result.mode, result.reason = "reprocess", "rebuilt from replay_aggregates"
+        recomputed = read_table(spark, settings, REPLAY).where(F.col("event_date") == F.lit(d))
+        recomputed = recomputed.drop("replayed_at")
+    else:
+        result.mode, result.reason = _plan(spark, settings, d, state)
+        if result.mode == "incremental":
+            if state.bronze_version < bronze_version:
+                scope = affected_windows(spark, settings, d, bronze, state.bronze_version + 1,
+                                         bronze_version)
+            else:
+                scope = (read_table(spark, settings, RECONCILED)
+                         .where((F.col("event_date") == F.lit(d)) & (F.col("status") == "open"))
+                         .select(*KEY))
+            scope = scope.persist()
+        recomputed = recompute(bronze, settings, d, scope)
+    try:
+        result.windows_recomputed = scope.count() if scope is not None else recomputed.count()
+        if scope is None or result.windows_recomputed:
+            with tagged_commits(spark, f"{result.mode}:{d.isoformat()}:{run_id}"):
+                publish(spark, settings, d, recomputed, scope, run_id, result,
+                        cause="reprocess" if reprocess else None)
+        else:
+            result.watermark = stream_watermark(spark, settings)
+    finally:
+        if scope is not None:
+            scope.unpersist()
+    save_state(spark, settings, d, bronze_version, gold_version, result.mode, run_id)
+    result.beyond_horizon = bronze.where(
         F.col("kafka_timestamp") > F.lit(applicable_cutoff(settings, d))
     ).count()
     result.windows = (
@@ -222,3 +378,20 @@ def run_corrections(
         read_table(spark, settings, LATE).where(F.col("event_date") == F.lit(d)).count()
     )
     return result
+
+
+def _plan(spark: SparkSession, settings: Settings, d: date, state) -> tuple[str, str]:
+    """`incremental` or `full`, with the reason."""
+    if state is None:
+        return "full", "first run for the date"
+    foreign = foreign_gold_commits(spark, settings, d, state.reconciled_version)
+    if foreign:
+        return "full", f"reconciled_aggregates changed outside the pipeline (versions {foreign})"
+    try:
+        if state.bronze_version < table_version(spark, settings, BRONZE):
+            read_changes(spark, settings, BRONZE, state.bronze_version + 1,
+                         state.bronze_version + 1).limit(0).collect()
+    except Exception as exc:  # noqa: BLE001 - any unreadable change feed means: recompute all
+        return "full", f"bronze change feed unavailable since version {state.bronze_version + 1}: " \
+                       f"{str(exc).splitlines()[0][:200]}"
+    return "incremental", f"bronze changes after version {state.bronze_version}"

@@ -106,7 +106,7 @@ def run_replay(spark: SparkSession, settings: Settings, d: date) -> ReplayResult
         raw = (
             spark.read.format("kafka")
             .options(**settings.spark_kafka_options)
-            .option("subscribe", topic)
+            .option("assign", json.dumps({topic: sorted(read)}))  # only non-empty ranges
             .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in read.items()}}))
             .option("endingOffsets", json.dumps({topic: {str(p): hi for p, (_, hi) in read.items()}}))
             .option("failOnDataLoss", "true")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from delta.tables import DeltaTable
@@ -100,7 +101,16 @@ PROGRESS = Table(
     progress_date DATE NOT NULL""",
     "progress_date",
 )
-ALL_TABLES = (BRONZE, QUARANTINE, STREAMING, LATE, RECONCILED, REPLAY, CORRECTIONS, PROGRESS)
+CORRECTIONS_STATE = Table(
+    "corrections_state",
+    # Per date: the bronze version the gold rows were last computed from, and the gold version
+    # before that run's own commits (a later commit without the pipeline's tag is foreign).
+    """event_date DATE NOT NULL, bronze_version BIGINT NOT NULL, reconciled_version BIGINT NOT NULL,
+    mode STRING NOT NULL, run_id STRING, updated_at TIMESTAMP NOT NULL""",
+    "event_date",
+)
+ALL_TABLES = (BRONZE, QUARANTINE, STREAMING, LATE, RECONCILED, REPLAY, CORRECTIONS, PROGRESS,
+              CORRECTIONS_STATE)
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
@@ -121,5 +131,39 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         builder.execute()
 
 
-def read_table(spark: SparkSession, settings: Settings, table: Table):
-    return spark.read.format("delta").load(settings.table_path(table.name))
+def read_table(spark: SparkSession, settings: Settings, table: Table, version: int | None = None):
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(settings.table_path(table.name))
+
+
+def table_version(spark: SparkSession, settings: Settings, table: Table) -> int:
+    return DeltaTable.forPath(spark, settings.table_path(table.name)).history(1).first().version
+
+
+def read_changes(spark: SparkSession, settings: Settings, table: Table, first: int, last: int):
+    """Delta Change Data Feed rows of commits `first`..`last` (inclusive)."""
+    return (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", first)
+        .option("endingVersion", last)
+        .load(settings.table_path(table.name))
+    )
+
+
+# Commits the pipeline makes to the gold tables carry this tag in their userMetadata; any other
+# commit touching a date is a change from outside (a manual fix, a bad job) and makes the next
+# corrections run recompute that whole date.
+PIPELINE_TAG = "lakehouse-pipeline"
+
+
+@contextmanager
+def tagged_commits(spark: SparkSession, detail: str):
+    key = "spark.databricks.delta.commitInfo.userMetadata"
+    spark.conf.set(key, f"{PIPELINE_TAG}:{detail}")
+    try:
+        yield
+    finally:
+        spark.conf.unset(key)

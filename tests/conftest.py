@@ -6,6 +6,8 @@ import importlib.util
 import os
 import socket
 import uuid
+from contextlib import contextmanager
+from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,40 @@ def kafka_bootstrap(tmp_path_factory) -> str:
         own.down()
 
 
+@contextmanager
+def pipeline_env(root: Path, bootstrap: str, prefix: str):
+    """Environment of an independent pipeline instance (own LAKEHOUSE_ROOT and topic) for a
+    module-scoped scenario; restores the environment afterwards. Yields its Settings."""
+    from lakehouse.settings import Settings
+
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "EVENTS_TOPIC": f"{prefix}-{uuid.uuid4().hex[:8]}",
+        "LAKEHOUSE_ROOT": str(root / "lakehouse"),
+    }
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield Settings.from_env()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_job(name: str, instance, **kw):
+    """Run a job of `defs` in-process; returns the result and its asset check evaluations."""
+    from orchestration.definitions import defs
+
+    result = defs.get_job_def(name).execute_in_process(instance=instance, raise_on_error=False,
+                                                       **kw)
+    checks = [e.asset_check_evaluation_data for e in result.all_events
+              if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    return result, checks
+
+
 @pytest.fixture()
 def instance_env(tmp_path, kafka_bootstrap, monkeypatch):
     """An independent pipeline instance: its own LAKEHOUSE_ROOT and topic."""
@@ -68,3 +104,42 @@ def spark(tmp_path_factory):
     session = get_spark(Settings.from_env({"LAKEHOUSE_ROOT": str(root)}))
     yield session
     session.stop()
+
+
+
+@pytest.fixture(scope="session")
+def scenario(tmp_path_factory, kafka_bootstrap, spark):
+    """The end-to-end scenario, run once: two dates, late events (hours late, across midnight),
+    duplicates, malformed records, three chunks with a catch-up each, the first date published
+    mid-way. Yields (settings, expected, dates, outcomes, chunks)."""
+    with pipeline_env(tmp_path_factory.mktemp("e2e"), kafka_bootstrap, "e2e") as settings:
+        from dagster import DagsterInstance
+        from reference import Expected
+
+        from lakehouse.generator import GeneratorConfig, generate, produce
+
+        now = datetime.now(UTC).replace(second=0, microsecond=0)
+        midnight = datetime.combine(now.date(), time.min, tzinfo=UTC)
+        end = min(now - timedelta(minutes=10), midnight + timedelta(hours=2))  # spans midnight
+        cfg = GeneratorConfig(count=4000, seed=11, end=end, span=timedelta(hours=6), keys=8,
+                              late_fraction=0.05, duplicate_fraction=0.04,
+                              malformed_fraction=0.02)
+        records = generate(cfg).records
+        third = len(records) // 3
+        chunks = [records[:third], records[third:2 * third], records[2 * third:]]
+        expected = Expected.of(chunks)
+        dates = sorted({r.time.date() for r in expected.rows})
+        instance = DagsterInstance.ephemeral()
+        outcomes = {}
+        for i, chunk in enumerate(chunks):
+            produce(settings, chunk)
+            result, _ = run_job("stream_catch_up", instance)
+            assert result.success, f"catch-up {i} failed"
+            if i == 1:  # publish the first date before the last chunk: it gets corrected
+                result, checks = run_job("reconcile_dates", instance,
+                                         partition_key=dates[0].isoformat())
+                outcomes["mid"] = (result.success, {c.check_name: c for c in checks})
+        for d in dates:
+            result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
+            outcomes[d] = (result.success, {c.check_name: c for c in checks})
+        yield settings, expected, dates, outcomes, chunks

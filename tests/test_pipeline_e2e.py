@@ -1,25 +1,13 @@
 """End to end on the real broker, through Dagster: records produced in chunks with a stream
 catch-up after each, corrections published mid-way, then every date reconciled and proven equal
-to the replay; every table asserted against the independent reference model."""
+to the replay; every table asserted against the independent reference model. The scenario is
+the session fixture `scenario` (conftest.py); test_reconciliation.py then tampers with it."""
 
 from collections import Counter
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, timedelta
+from decimal import Decimal
 
-import pytest
-from dagster import DagsterInstance
-from reference import Expected
-
-from lakehouse.generator import GeneratorConfig, generate, produce
 from lakehouse.summary import compare_tables, read
-from orchestration.definitions import defs
-
-
-def run_job(name, instance, **kw):
-    result = defs.get_job_def(name).execute_in_process(instance=instance, raise_on_error=False,
-                                                       **kw)
-    checks = [e.asset_check_evaluation_data for e in result.all_events
-              if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-    return result, checks
 
 
 def naive_utc(t):
@@ -35,62 +23,29 @@ def measures(r):
     return (r["event_count"], r["value_sum"], r["value_min"], r["value_max"])
 
 
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory, kafka_bootstrap, spark):
-    """Run the scenario once; the tests below assert different tables of it."""
-    import os
-    import uuid
-
-    from lakehouse.settings import Settings
-
-    env = {
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "EVENTS_TOPIC": f"e2e-{uuid.uuid4().hex[:8]}",
-        "LAKEHOUSE_ROOT": str(tmp_path_factory.mktemp("e2e") / "lakehouse"),
-    }
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        settings = Settings.from_env()
-        now = datetime.now(UTC).replace(second=0, microsecond=0)
-        midnight = datetime.combine(now.date(), time.min, tzinfo=UTC)
-        end = min(now - timedelta(minutes=10), midnight + timedelta(hours=2))  # spans midnight
-        cfg = GeneratorConfig(count=4000, seed=11, end=end, span=timedelta(hours=6), keys=8,
-                              late_fraction=0.05, duplicate_fraction=0.04,
-                              malformed_fraction=0.02)
-        records = generate(cfg).records
-        third = len(records) // 3
-        chunks = [records[:third], records[third:2 * third], records[2 * third:]]
-        expected = Expected.of(chunks)
-        dates = sorted({r.time.date() for r in expected.rows})
-        instance = DagsterInstance.ephemeral()
-        outcomes = {}
-        for i, chunk in enumerate(chunks):
-            produce(settings, chunk)
-            result, _ = run_job("stream_catch_up", instance)
-            assert result.success, f"catch-up {i} failed"
-            if i == 1:  # publish the first date before the last chunk: it gets corrected
-                result, checks = run_job("reconcile_dates", instance,
-                                         partition_key=dates[0].isoformat())
-                outcomes["mid"] = (result.success, [c.passed for c in checks])
-        for d in dates:
-            result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
-            outcomes[d] = (result.success, [c.passed for c in checks])
-        yield settings, expected, dates, outcomes, chunks
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def test_scenario_covers_two_dates_late_duplicates_and_malformed(scenario):
     _, expected, dates, _, _ = scenario
     assert len(dates) == 2
     assert len(expected.late) > 5
     assert sum(expected.malformed.values()) > 10
     assert len(expected.rows) > len(expected.reconciled())  # duplicates present
+
+
+def passed(outcome):
+    success, checks = outcome
+    return success, {name: c.passed for name, c in checks.items()}
+
+
+BOTH_PASS = (True, {"reconciled_equals_replay": True, "fast_path_vs_replay": True})
+
+
+def test_late_events_hours_late_cross_midnight_into_the_next_date(scenario):
+    settings, _, dates, _, _ = scenario
+    late = read(settings, "late_events").to_pylist()
+    crossing = [r for r in late if r["event_date"] == dates[0]
+                and naive_utc(r["batch_watermark"]).date() == dates[1]]
+    assert crossing, "some events of the first date must arrive after the watermark passed midnight"
+    assert max(r["lateness_ms"] for r in late) > 3600 * 1000  # hours late
 
 
 def test_bronze_holds_every_valid_record_once_and_quarantine_the_rest(scenario):
@@ -135,7 +90,7 @@ def test_reconciled_equals_reference_and_replay_and_the_gx_check_passed(scenario
     got = window_rows(read(settings, "reconciled_aggregates"))
     assert {k: measures(r) for k, r in got.items()} == want
     for d in dates:
-        assert outcomes[d] == (True, [True]), d
+        assert passed(outcomes[d]) == BOTH_PASS, d
         assert compare_tables(settings, d) == 0
     replay = window_rows(read(settings, "replay_aggregates"))
     assert {k: measures(r) for k, r in replay.items()} == want
@@ -143,7 +98,7 @@ def test_reconciled_equals_reference_and_replay_and_the_gx_check_passed(scenario
 
 def test_mid_way_publication_was_corrected_with_revisions_and_changelog(scenario):
     settings, expected, dates, outcomes, _ = scenario
-    assert outcomes["mid"] == (True, [True])
+    assert passed(outcomes["mid"]) == BOTH_PASS
     # Windows of the first date that were final when first published (after chunk 2) and
     # whose counted events changed with chunk 3.
     wm2 = max(r.time for r in expected.rows if r.chunk <= 1) - timedelta(seconds=30)
@@ -169,3 +124,19 @@ def test_mid_way_publication_was_corrected_with_revisions_and_changelog(scenario
         assert c["run_id"]
     untouched = [r for k, r in gold.items() if k not in corrected]
     assert all(r["revision"] == 0 for r in untouched)
+
+
+def test_fast_path_check_reports_what_the_watermark_cost(scenario):
+    settings, expected, dates, outcomes, _ = scenario
+    reconciled, streaming = expected.reconciled(), expected.streaming()
+    for d in dates:
+        gap = outcomes[d][1]["fast_path_vs_replay"].metadata
+        want_missed = (sum(v[0] for k, v in reconciled.items() if k[0].date() == d)
+                       - sum(v[0] for k, v in streaming.items() if k[0].date() == d))
+        assert gap["events_missed"].value == want_missed, d
+        value_missed = (sum(v[1] for k, v in reconciled.items() if k[0].date() == d)
+                        - sum(v[1] for k, v in streaming.items() if k[0].date() == d))
+        assert Decimal(gap["value_missed"].value) == value_missed
+        assert gap["windows_unexplained"].value == 0
+    assert any(outcomes[d][1]["fast_path_vs_replay"].metadata["events_missed"].value > 0
+               for d in dates)
