@@ -5,7 +5,8 @@ import time
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
-from lakehouse.kafka_admin import ensure_topic, topic_offsets
+from lakehouse.kafka_admin import ensure_topic
+from orchestration.observations import topic_metadata
 from orchestration.resources import LakehouseResource, SparkResource
 from spark_jobs import stream
 from spark_jobs.summaries import bronze_summary, streaming_summary
@@ -17,18 +18,10 @@ STREAM_POOL = "lakehouse_stream"  # one catch-up per checkpoint at a time
 @asset(key="raw_events", group_name="ingest", kinds={"kafka"},
        description="The Kafka topic of business events (LogAppendTime): offsets and lag.")
 def raw_events(lakehouse: LakehouseResource) -> MaterializeResult:
+    """Creates the topic when missing; the sensor `topic_observation_sensor` keeps observing it."""
     settings = lakehouse.settings
     created = ensure_topic(settings)
-    parts = topic_offsets(settings)
-    return MaterializeResult(metadata={
-        "topic": settings.events_topic,
-        "created": created,
-        "partitions": len(parts),
-        "retained_records": sum(p.latest - p.earliest for p in parts),
-        "offsets": MetadataValue.json(
-            {str(p.partition): {"earliest": p.earliest, "latest": p.latest} for p in parts}
-        ),
-    })
+    return MaterializeResult(metadata={"created": created, **topic_metadata(settings)})
 
 
 def _catch_up(spark: SparkResource, lakehouse: LakehouseResource, query: str) -> dict:

@@ -71,6 +71,12 @@ class Settings:
     partitions_start_date: date = date(2025, 1, 1)
     spark_ui: bool = False
     kafka_options: Mapping[str, str] = field(default_factory=dict)
+    # Operations (Dagster schedules and freshness checks; cron in UTC).
+    catch_up_cron: str = "*/5 * * * *"
+    corrections_cron: str = "15 * * * *"
+    verification_cron: str = "30 2 * * *"
+    stream_freshness: timedelta = timedelta(minutes=15)
+    reconciled_deadline_cron: str = "0 3 * * *"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -86,6 +92,12 @@ class Settings:
             if not raw.isdigit() or int(raw) <= 0:
                 raise SettingsError(f"{name}={raw!r} must be a positive integer")
             return int(raw)
+
+        def cron(name: str, default: str) -> str:
+            raw = get(name, default)
+            if len(raw.split()) != 5:
+                raise SettingsError(f"{name}={raw!r} must be a 5-field cron expression (UTC)")
+            return raw
 
         policy = get("TIMESTAMP_POLICY", d.timestamp_policy)
         if policy not in ("event_time", "kafka_timestamp"):
@@ -145,9 +157,20 @@ class Settings:
             partitions_start_date=start_date,
             spark_ui=get("SPARK_UI", "false").lower() in ("1", "true", "yes"),
             kafka_options=kafka_options,
+            catch_up_cron=cron("CATCH_UP_CRON", d.catch_up_cron),
+            corrections_cron=cron("CORRECTIONS_CRON", d.corrections_cron),
+            verification_cron=cron("VERIFICATION_CRON", d.verification_cron),
+            stream_freshness=parse_duration(get("STREAM_FRESHNESS", "15 minutes"), "STREAM_FRESHNESS"),
+            reconciled_deadline_cron=cron("RECONCILED_DEADLINE_CRON", d.reconciled_deadline_cron),
         )
 
     # ---- derived -------------------------------------------------------------------------
+    @property
+    def recent_dates(self) -> int:
+        """Dates the corrections schedule revisits: today plus every date still within the
+        correction horizon."""
+        return 1 + -(-self.correction_horizon // timedelta(days=1))
+
     @property
     def root(self) -> Path:
         return self.lakehouse_root.resolve()

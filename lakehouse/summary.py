@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import date
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
@@ -19,6 +20,17 @@ def read(settings: Settings, name: str, event_date: date | None = None):
     dt = DeltaTable(settings.table_path(name))
     filters = [("event_date", "=", event_date.isoformat())] if event_date else None
     return dt.to_pyarrow_table(partitions=filters)
+
+
+def bronze_dates(settings: Settings) -> set[date]:
+    """Event dates that have bronze data, from the Delta log alone (no data file is read)."""
+    from pathlib import Path
+
+    path = settings.table_path("bronze_events")
+    if not Path(path, "_delta_log").exists():
+        return set()
+    actions = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pydict()
+    return {date.fromisoformat(str(v)) for v in actions.get("partition.event_date", []) if v}
 
 
 def table_counts(settings: Settings) -> dict:

@@ -19,6 +19,14 @@ reconcile_job = define_asset_job(
     description="Corrections, replay and the blocking GX proof for event dates.",
 )
 
+correct_job = define_asset_job(
+    "correct_dates",
+    selection=AssetSelection.assets("late_corrections", "reconciled_aggregates").without_checks(),
+    partitions_def=daily_event_dates,
+    description="Apply late events to the gold table for dates (incremental: only the windows "
+                "bronze changes touched). The proof against the replay runs in verify_dates.",
+)
+
 reprocess_job = define_asset_job(
     "reprocess_dates",
     selection=AssetSelection.assets("replay_aggregates", "late_corrections",
@@ -39,4 +47,4 @@ verify_job = define_asset_job(
                 "touching the gold table.",
 )
 
-all_jobs = [stream_catch_up_job, reconcile_job, reprocess_job, verify_job]
+all_jobs = [stream_catch_up_job, reconcile_job, correct_job, reprocess_job, verify_job]

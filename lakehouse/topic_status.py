@@ -1,0 +1,85 @@
+"""What the topic looks like to the pipeline, without Spark: offsets per partition from the
+broker, the bronze query's processed offsets from its own progress (`stream_progress`: Spark's
+Kafka source commits no consumer-group offsets), the lag between them, the recent append rate
+and the retention. Cheap enough for a sensor that ticks every minute."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from lakehouse.kafka_admin import admin, offsets_for_time, topic_offsets
+from lakehouse.settings import Settings
+
+RATE_WINDOW = timedelta(minutes=1)
+
+
+@dataclass
+class TopicStatus:
+    topic: str
+    partitions: list[dict] = field(default_factory=list)  # partition, earliest, latest, processed, lag
+    retention_ms: int | None = None
+    records_per_second: float = 0.0
+    last_batch_at: datetime | None = None
+
+    @property
+    def lag(self) -> int:
+        return sum(max(0, p["lag"]) for p in self.partitions)
+
+    @property
+    def retained(self) -> int:
+        return sum(p["latest"] - p["earliest"] for p in self.partitions)
+
+
+def processed_offsets(settings: Settings) -> tuple[dict[int, int], datetime | None]:
+    """End offsets of the bronze query's newest recorded batch (empty before the first)."""
+    from deltalake import DeltaTable
+
+    path = settings.table_path("stream_progress")
+    if not Path(path, "_delta_log").exists():
+        return {}, None
+    table = DeltaTable(path).to_pyarrow_table(columns=["query", "batch_id", "batch_timestamp",
+                                                       "end_offsets"])
+    rows = [r for r in table.to_pylist() if r["query"] == "bronze" and r["end_offsets"]]
+    if not rows:
+        return {}, None
+    newest = max(rows, key=lambda r: r["batch_id"])
+    ends = json.loads(newest["end_offsets"]) or {}
+    offsets = {int(p): int(o) for p, o in (ends.get(settings.events_topic) or {}).items()}
+    at = newest["batch_timestamp"]
+    return offsets, at.replace(tzinfo=UTC) if at and at.tzinfo is None else at
+
+
+def retention_ms(settings: Settings) -> int | None:
+    from confluent_kafka.admin import ConfigResource
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, settings.events_topic)
+    try:
+        configs = admin(settings).describe_configs([resource])[resource].result(10)
+    except Exception:  # noqa: BLE001 - status is best effort; offsets below are not
+        return None
+    value = configs.get("retention.ms")
+    return int(value.value) if value is not None and value.value is not None else None
+
+
+def topic_status(settings: Settings, now: datetime | None = None) -> TopicStatus:
+    now = now or datetime.now(UTC)
+    status = TopicStatus(settings.events_topic)
+    offsets = topic_offsets(settings)
+    if not offsets:
+        return status
+    processed, status.last_batch_at = processed_offsets(settings)
+    for p in offsets:
+        done = processed.get(p.partition)
+        status.partitions.append({
+            "partition": p.partition, "earliest": p.earliest, "latest": p.latest,
+            # Before the first batch the stream starts at the earliest retained offset.
+            "processed": done, "lag": p.latest - (p.earliest if done is None else done),
+        })
+    since = offsets_for_time(settings, int((now - RATE_WINDOW).timestamp() * 1000))
+    appended = sum(p.latest - since.get(p.partition, p.latest) for p in offsets)
+    status.records_per_second = round(appended / RATE_WINDOW.total_seconds(), 2)
+    status.retention_ms = retention_ms(settings)
+    return status

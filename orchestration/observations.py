@@ -1,0 +1,34 @@
+"""Metadata for the topic asset (`raw_events`), shared by its materialization and the
+observation sensor."""
+
+from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
+
+from lakehouse.settings import Settings
+from lakehouse.topic_status import topic_status
+
+PARTITION_SCHEMA = TableSchema(columns=[
+    TableColumn("partition", "int"),
+    TableColumn("earliest", "int", description="log start offset (retention moves it)"),
+    TableColumn("latest", "int", description="log end offset"),
+    TableColumn("processed", "int", description="end offset of the bronze query's last batch"),
+    TableColumn("lag", "int", description="latest - processed"),
+])
+
+
+def topic_metadata(settings: Settings) -> dict:
+    status = topic_status(settings)
+    return {
+        "topic": settings.events_topic,
+        "partitions": len(status.partitions),
+        "retained_records": status.retained,
+        "consumer_lag": status.lag,
+        "records_per_second_last_minute": status.records_per_second,
+        "retention_hours": round(status.retention_ms / 3_600_000, 2)
+        if status.retention_ms and status.retention_ms > 0 else "unlimited",
+        "last_stream_batch_at": status.last_batch_at.isoformat() if status.last_batch_at else None,
+        "offsets": MetadataValue.table(
+            records=[TableRecord({k: (v if v is not None else -1) for k, v in p.items()})
+                     for p in status.partitions],
+            schema=PARTITION_SCHEMA,
+        ),
+    }

@@ -1,0 +1,78 @@
+"""Schedules, all running by default (cron in UTC, from settings):
+
+- `stream_catch_up_schedule` (CATCH_UP_CRON, every 5 minutes): one availableNow catch-up; skipped
+  while another catch-up is queued or running (the assets also share the `lakehouse_stream` pool).
+- `corrections_schedule` (CORRECTIONS_CRON, hourly): corrections for every date still within the
+  correction horizon that has data, as one run over the date range (single-run backfill policy).
+- `verification_schedule` (VERIFICATION_CRON, daily): replay yesterday from the log and run the
+  blocking proof reconciled == replay.
+"""
+
+from datetime import date, timedelta
+
+from dagster import (
+    DagsterRunStatus,
+    DefaultScheduleStatus,
+    RunRequest,
+    RunsFilter,
+    ScheduleEvaluationContext,
+    SkipReason,
+    schedule,
+)
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+from lakehouse.settings import Settings
+from lakehouse.summary import bronze_dates
+from orchestration.jobs import correct_job, stream_catch_up_job, verify_job
+
+settings = Settings.from_env()
+ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+          DagsterRunStatus.STARTED]
+
+
+def tick_date(context: ScheduleEvaluationContext) -> date:
+    return context.scheduled_execution_time.date()
+
+
+@schedule(cron_schedule=settings.catch_up_cron, job=stream_catch_up_job, execution_timezone="UTC",
+          default_status=DefaultScheduleStatus.RUNNING,
+          description="Catch the stream up every few minutes (one run at a time).")
+def stream_catch_up_schedule(context: ScheduleEvaluationContext):
+    active = context.instance.get_run_records(
+        RunsFilter(job_name=stream_catch_up_job.name, statuses=ACTIVE), limit=1)
+    if active:
+        return SkipReason(f"catch-up run {active[0].dagster_run.run_id} is still queued or running")
+    return RunRequest()
+
+
+def date_range_request(dates: list[date], run_key: str | None = None) -> RunRequest:
+    """One run over a contiguous range of daily partitions (as a single-run backfill does)."""
+    first, last = min(dates).isoformat(), max(dates).isoformat()
+    if first == last:
+        return RunRequest(run_key=run_key, partition_key=first)
+    return RunRequest(run_key=run_key, tags={ASSET_PARTITION_RANGE_START_TAG: first,
+                                             ASSET_PARTITION_RANGE_END_TAG: last})
+
+
+@schedule(cron_schedule=settings.corrections_cron, job=correct_job, execution_timezone="UTC",
+          default_status=DefaultScheduleStatus.RUNNING,
+          description="Corrections for the dates within the correction horizon, in one run.")
+def corrections_schedule(context: ScheduleEvaluationContext):
+    s = Settings.from_env()
+    today = tick_date(context)
+    recent = {today - timedelta(days=n) for n in range(s.recent_dates)}
+    dates = sorted(d for d in bronze_dates(s) if d in recent and d >= s.partitions_start_date)
+    if not dates:
+        return SkipReason("no bronze data for the dates within the correction horizon")
+    return date_range_request(dates)
+
+
+@schedule(cron_schedule=settings.verification_cron, job=verify_job, execution_timezone="UTC",
+          default_status=DefaultScheduleStatus.RUNNING,
+          description="Replay yesterday from the log and prove reconciled == replay.")
+def verification_schedule(context: ScheduleEvaluationContext):
+    yesterday = tick_date(context) - timedelta(days=1)
+    return RunRequest(partition_key=yesterday.isoformat())
+
+
+all_schedules = [stream_catch_up_schedule, corrections_schedule, verification_schedule]

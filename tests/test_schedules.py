@@ -1,0 +1,105 @@
+"""Schedules and the late-data sensor, evaluated with Dagster's test contexts on tables written
+with delta-rs: the exact run requests, and none when nothing changed."""
+
+from datetime import UTC, date, datetime, timedelta
+
+import pyarrow as pa
+import pytest
+from dagster import (
+    DagsterInstance,
+    DagsterRunStatus,
+    RunRequest,
+    SkipReason,
+    build_schedule_context,
+    build_sensor_context,
+    instance_for_test,
+)
+from dagster._core.storage.dagster_run import DagsterRun
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from deltalake import write_deltalake
+
+from orchestration.definitions import defs
+from orchestration.schedules import corrections_schedule, stream_catch_up_schedule, verification_schedule
+from orchestration.sensors import late_data_sensor
+
+TICK = datetime(2026, 11, 22, 3, 15, tzinfo=UTC)
+
+
+@pytest.fixture()
+def root(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAKEHOUSE_ROOT", str(tmp_path))
+    monkeypatch.setenv("CORRECTION_HORIZON", "7 days")
+    return tmp_path
+
+
+def write_bronze_dates(root, dates):
+    table = pa.table({"event_id": [f"e{i}" for i in range(len(dates))],
+                      "event_date": pa.array(dates, pa.date32())})
+    write_deltalake(str(root / "bronze_events"), table, partition_by=["event_date"], mode="append")
+
+
+def write_late(root, rows):
+    table = pa.table({
+        "event_id": [f"l{i}" for i in range(len(rows))],
+        "event_date": pa.array([d for d, _ in rows], pa.date32()),
+        "recorded_at": pa.array([t for _, t in rows], pa.timestamp("us", tz="UTC")),
+    })
+    write_deltalake(str(root / "late_events"), table, partition_by=["event_date"], mode="append")
+
+
+def test_catch_up_schedule_requests_a_run_unless_one_is_queued_or_running(root):
+    with instance_for_test() as instance:  # schedule contexts need an instance with a ref
+        context = build_schedule_context(instance=instance, scheduled_execution_time=TICK)
+        assert isinstance(stream_catch_up_schedule(context), RunRequest)
+        instance.add_run(DagsterRun(job_name="stream_catch_up", status=DagsterRunStatus.STARTED))
+        assert isinstance(stream_catch_up_schedule(context), SkipReason)
+
+
+def test_corrections_schedule_covers_dates_with_data_within_the_horizon_in_one_run(root):
+    context = build_schedule_context(scheduled_execution_time=TICK)
+    assert isinstance(corrections_schedule(context), SkipReason)  # no data at all
+    write_bronze_dates(root, [date(2026, 11, 10), date(2026, 11, 16), date(2026, 11, 21),
+                              date(2026, 11, 22)])
+    request = corrections_schedule(context)
+    assert request.partition_key is None
+    assert request.tags[ASSET_PARTITION_RANGE_START_TAG] == "2026-11-16"  # 11-10: beyond 7 days
+    assert request.tags[ASSET_PARTITION_RANGE_END_TAG] == "2026-11-22"
+
+
+def test_corrections_schedule_with_one_recent_date_requests_that_partition(root):
+    write_bronze_dates(root, [date(2026, 11, 1), date(2026, 11, 21)])
+    request = corrections_schedule(build_schedule_context(scheduled_execution_time=TICK))
+    assert request.partition_key == "2026-11-21"
+    assert ASSET_PARTITION_RANGE_START_TAG not in request.tags
+
+
+def test_verification_schedule_replays_and_proves_yesterday(root):
+    request = verification_schedule(build_schedule_context(scheduled_execution_time=TICK))
+    assert request.partition_key == "2026-11-21"
+    assert defs.get_job_def("verify_dates") is not None
+
+
+def test_late_data_sensor_requests_exactly_the_dates_with_new_late_events(root):
+    instance = DagsterInstance.ephemeral()
+    now = datetime.now(UTC).replace(microsecond=0)
+    today, yesterday, old = now.date(), now.date() - timedelta(days=1), now.date() - timedelta(days=30)
+
+    result = late_data_sensor(build_sensor_context(instance=instance))
+    assert not result.run_requests  # no late_events table yet
+
+    write_late(root, [(yesterday, now - timedelta(minutes=5)), (yesterday, now - timedelta(minutes=4)),
+                      (today, now - timedelta(minutes=3)), (old, now - timedelta(minutes=2))])
+    result = late_data_sensor(build_sensor_context(instance=instance))
+    requests = {r.partition_key: r.run_key for r in result.run_requests}
+    assert set(requests) == {yesterday.isoformat(), today.isoformat()}  # `old` is beyond the horizon
+    assert all(r.job_name in (None, "correct_dates") for r in result.run_requests)
+    cursor = result.cursor
+    assert int(cursor) == int((now - timedelta(minutes=2)).timestamp() * 1000)
+
+    again = late_data_sensor(build_sensor_context(instance=instance, cursor=cursor))
+    assert not again.run_requests and again.cursor == cursor  # nothing new, nothing requested
+
+    write_late(root, [(today, now - timedelta(minutes=1))])
+    newer = late_data_sensor(build_sensor_context(instance=instance, cursor=cursor))
+    assert [r.partition_key for r in newer.run_requests] == [today.isoformat()]
+    assert newer.run_requests[0].run_key != requests[today.isoformat()]  # a new key for new work
