@@ -12,7 +12,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(CURDIR)/$(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup kafka-up kafka-down demo test ui stream bench lint clean
+.PHONY: setup kafka-up kafka-down demo test ui stream bench lint clean screenshots
 
 setup: $(VENV)/.installed .jars/.fetched $(DAGSTER_HOME)/dagster.yaml
 
@@ -55,6 +55,9 @@ stream: setup kafka-up
 
 bench: setup kafka-up
 	$(PY) -m bench.run
+
+screenshots: setup
+	$(PY) scripts/screenshots.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

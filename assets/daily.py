@@ -1,6 +1,7 @@
 """Per-date batch assets: corrections (changelog + gold) and the replay from Kafka."""
 
 
+import time
 from datetime import date
 
 from dagster import (
@@ -11,6 +12,9 @@ from dagster import (
     Failure,
     MaterializeResult,
     MetadataValue,
+    TableColumn,
+    TableRecord,
+    TableSchema,
     asset,
     multi_asset,
 )
@@ -34,6 +38,16 @@ class CorrectionsConfig(Config):
     Select replay_aggregates in the same run so the replay is fresh."""
 
 
+PER_DATE_SCHEMA = TableSchema(columns=[
+    TableColumn("event_date", "string"), TableColumn("mode", "string"),
+    TableColumn("reason", "string"), TableColumn("windows_recomputed", "int"),
+    TableColumn("windows", "int"), TableColumn("inserted", "int"),
+    TableColumn("corrected", "int"), TableColumn("finalized", "int"), TableColumn("removed", "int"),
+    TableColumn("late_events", "int"), TableColumn("beyond_horizon", "int"),
+    TableColumn("watermark", "string"),
+])
+
+
 @multi_asset(
     specs=[
         AssetSpec("late_corrections", deps=["streaming_aggregates"], group_name="reconcile",
@@ -55,12 +69,18 @@ def corrections(context: AssetExecutionContext, config: CorrectionsConfig,
     """One corrections pass per date writes both tables (the changelog first), so selecting
     either asset runs the same idempotent job."""
     settings = lakehouse.settings
+    t0 = time.monotonic()
     results = [
         run_corrections(spark.session, settings, d, run_id=context.run_id,
                         reprocess=config.reprocess).as_metadata()
         for d in partition_dates(context)
     ]
     selected = {k.to_user_string() for k in context.selected_asset_keys}
+    per_date = MetadataValue.table(
+        records=[TableRecord({c.name: r[c.name] if r[c.name] is not None else "" for c in
+                              PER_DATE_SCHEMA.columns}) for r in results],
+        schema=PER_DATE_SCHEMA,
+    )
     totals = {k: sum(r[k] for r in results) for k in
               ("windows", "windows_recomputed", "inserted", "corrected", "removed", "finalized",
                "beyond_horizon", "late_events")}
@@ -69,7 +89,7 @@ def corrections(context: AssetExecutionContext, config: CorrectionsConfig,
             "corrections": totals["corrected"],
             "beyond_horizon_not_applied": totals["beyond_horizon"],
             "late_events": totals["late_events"],
-            "per_date": MetadataValue.json(results),
+            "per_date": per_date,
             "path": MetadataValue.path(settings.table_path(CORRECTIONS.name)),
         })
     if "reconciled_aggregates" in selected:
@@ -79,7 +99,8 @@ def corrections(context: AssetExecutionContext, config: CorrectionsConfig,
             "modes": MetadataValue.json({r["event_date"]: f"{r['mode']}: {r['reason']}"
                                          for r in results}),
             "watermark": results[-1]["watermark"] if results else None,
-            "per_date": MetadataValue.json(results),
+            "duration_s": round(time.monotonic() - t0, 2),
+            "per_date": per_date,
             "path": MetadataValue.path(settings.table_path(RECONCILED.name)),
         })
 

@@ -66,3 +66,14 @@ def last_committed_batch(spark: SparkSession, checkpoint: str) -> int | None:
         if s.getPath().getName().isdigit()
     ]
     return max(ids) if ids else None
+
+
+def last_commit_time(spark: SparkSession, checkpoint: str) -> float | None:
+    """Modification time (epoch seconds) of the newest batch commit: the checkpoint's age."""
+    last = last_committed_batch(spark, checkpoint)
+    if last is None:
+        return None
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/commits/{last}")
+    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return fs.getFileStatus(hpath).getModificationTime() / 1000

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.settings import Settings
+from spark_jobs import checkpoint as ckpt
 from spark_jobs.corrections import stream_watermark
+from spark_jobs.stream import AGG_QUERY
 from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING, read_table
 
 
@@ -27,14 +31,40 @@ def bronze_summary(spark: SparkSession, settings: Settings) -> dict:
     }
 
 
-def streaming_summary(spark: SparkSession, settings: Settings) -> dict:
+def seconds_since(t: datetime | None, now: datetime) -> float | None:
+    if t is None:
+        return None
+    return round((now - (t.replace(tzinfo=UTC) if t.tzinfo is None else t)).total_seconds(), 1)
+
+
+def streaming_summary(spark: SparkSession, settings: Settings, batch_ids: list[int]) -> dict:
+    """Totals, plus what this run's batches (`batch_ids`) did, and freshness: now minus the
+    newest event time, and now minus the end of the newest closed window."""
+    now = datetime.now(UTC)
     agg = read_table(spark, settings, STREAMING)
-    by_status = {r.status: r.n for r in agg.groupBy("status").agg(F.count("*").alias("n")).collect()}
+    row = agg.agg(
+        F.count("*").alias("windows"),
+        F.count(F.when(F.col("status") == "open", 1)).alias("open"),
+        F.count(F.when(F.col("status") == "final", 1)).alias("final"),
+        F.count(F.when(F.col("batch_id").isin(batch_ids), 1)).alias("touched"),
+        F.count(F.when(F.col("batch_id").isin(batch_ids) & (F.col("status") == "final"), 1))
+        .alias("closed"),
+        F.max(F.when(F.col("status") == "final", F.col("window_end"))).alias("newest_closed"),
+    ).first()
+    newest_event = read_table(spark, settings, BRONZE).agg(F.max("event_time")).first()[0]
+    late = read_table(spark, settings, LATE)
     wm = stream_watermark(spark, settings)
+    committed = ckpt.last_commit_time(spark, settings.checkpoint_path(AGG_QUERY))
     return {
-        "windows": sum(by_status.values()),
-        "windows_open": by_status.get("open", 0),
-        "windows_final": by_status.get("final", 0),
+        "windows": row.windows,
+        "windows_open": row.open,
+        "windows_final": row["final"],
+        "windows_updated_in_run": row.touched,
+        "windows_closed_in_run": row.closed,
         "watermark": wm.isoformat() if wm else None,
-        "late_events": read_table(spark, settings, LATE).count(),
+        "late_events": late.count(),
+        "late_events_in_run": late.where(F.col("batch_id").isin(batch_ids)).count(),
+        "freshness_newest_event_s": seconds_since(newest_event, now),
+        "freshness_newest_closed_window_s": seconds_since(row.newest_closed, now),
+        "checkpoint_age_s": round(now.timestamp() - committed, 1) if committed else None,
     }

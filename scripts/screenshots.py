@@ -1,0 +1,149 @@
+"""README screenshots with headless Chromium (`make screenshots`).
+
+Starts dagster-webserver on a free loopback port over the project's DAGSTER_HOME (default
+`.dagster_home`), screenshots the global asset graph with every group expanded into
+docs/images/asset-graph.png, and the timeline report `$LAKEHOUSE_ROOT/reports/timeline.html` into
+docs/images/timeline.png when it exists. The graph renders from the definitions alone, so an
+instance without runs still gives a picture; with runs, the nodes show their latest status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+IMAGES = REPO / "docs/images"
+INSTALL = "apt-get update && apt-get install -y chromium"
+STARTUP_TIMEOUT = 120
+# At 1600 px wide the graph is zoomed out to name-only boxes; 1920 px shows the node details.
+GRAPH_WINDOW = "1920,1080"
+REPORT_WINDOW = "1600,1000"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dagster_home() -> Path:
+    """$DAGSTER_HOME (or .dagster_home), with the project's dagster.yaml as `make setup` puts it."""
+    home = Path(os.environ.get("DAGSTER_HOME") or REPO / ".dagster_home").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        shutil.copy(REPO / "infra/dagster.yaml", home / "dagster.yaml")
+    # The UI opens a "Join the Dagster community" dialog over every page until it has been
+    # dismissed once on the instance; dismissing it writes this file (dagster._core.nux).
+    nux = home / ".nux/nux.yaml"
+    if not nux.exists():
+        nux.parent.mkdir(exist_ok=True)
+        nux.write_text("seen: 1\n")
+    return home
+
+
+def lakehouse_root() -> Path:
+    sys.path.insert(0, str(REPO))
+    from lakehouse.settings import Settings
+
+    return Path(Settings.from_env().lakehouse_root).resolve()
+
+
+def start_webserver(env: dict, log: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(REPO / ".venv/bin/dagster-webserver"), "-h", "127.0.0.1", "-p", str(port),
+             "-w", "workspace.yaml"],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{url}/server_info", timeout=5):
+                return proc, url
+        except OSError:
+            time.sleep(0.5)
+    stop(proc)
+    raise SystemExit(f"dagster-webserver did not answer within {STARTUP_TIMEOUT}s:\n"
+                     f"{log.read_text()[-3000:]}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop the webserver's process group: it spawns a gRPC server for the code location."""
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        break
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever outlived the leader
+    except ProcessLookupError:
+        pass
+
+
+def graph_url(url: str) -> str:
+    """The global asset lineage with every group expanded: with more than one group the UI
+    collapses them to boxes unless they are listed in `expanded` (ids `global@global:<group>`)."""
+    body = json.dumps({"query": "{ assetNodes { groupName } }"}).encode()
+    req = urllib.request.Request(f"{url}/graphql", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        groups = sorted({n["groupName"] for n in json.load(resp)["data"]["assetNodes"]})
+    expanded = ",".join(f"global@global:{g}" for g in groups)
+    return f"{url}/asset-groups?{urllib.parse.urlencode({'expanded': expanded})}"
+
+
+def screenshot(chromium: str, url: str, out: Path, window: str) -> None:
+    """One page to PNG. The virtual time budget lets the UI finish its queries and the graph
+    layout before the capture; a fresh profile keeps saved UI state out of the picture."""
+    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+        done = subprocess.run(
+            [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             f"--user-data-dir={profile}", f"--window-size={window}", "--virtual-time-budget=15000",
+             f"--screenshot={out}", url],
+            capture_output=True, text=True, timeout=180)
+    if done.returncode != 0 or not out.exists() or out.stat().st_size == 0:
+        raise SystemExit(f"chromium failed on {url} (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    print(f"wrote {out}")
+
+
+def main() -> int:
+    chromium = shutil.which("chromium")
+    if not chromium:
+        print(f"error: chromium not found: install it with `{INSTALL}`", file=sys.stderr)
+        return 1
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    home = dagster_home()
+    env = {**os.environ, "DAGSTER_HOME": str(home), "DAGSTER_DISABLE_TELEMETRY": "true",
+           "GX_ANALYTICS_ENABLED": "false"}
+    with tempfile.TemporaryDirectory(prefix="screenshots-") as tmp:
+        proc, url = start_webserver(env, Path(tmp) / "webserver.log")
+        try:
+            screenshot(chromium, graph_url(url), IMAGES / "asset-graph.png", GRAPH_WINDOW)
+        finally:
+            stop(proc)
+
+    report = lakehouse_root() / "reports/timeline.html"
+    if report.exists():
+        screenshot(chromium, report.as_uri(), IMAGES / "timeline.png", REPORT_WINDOW)
+    else:
+        print(f"skipped the timeline: {report} does not exist (the report writes it)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
