@@ -75,6 +75,7 @@ class Settings:
     catch_up_cron: str = "*/5 * * * *"
     corrections_cron: str = "15 * * * *"
     verification_cron: str = "30 2 * * *"
+    timeline_cron: str = "45 * * * *"
     stream_freshness: timedelta = timedelta(minutes=15)
     reconciled_deadline_cron: str = "0 3 * * *"
 
@@ -160,6 +161,7 @@ class Settings:
             catch_up_cron=cron("CATCH_UP_CRON", d.catch_up_cron),
             corrections_cron=cron("CORRECTIONS_CRON", d.corrections_cron),
             verification_cron=cron("VERIFICATION_CRON", d.verification_cron),
+            timeline_cron=cron("TIMELINE_CRON", d.timeline_cron),
             stream_freshness=parse_duration(get("STREAM_FRESHNESS", "15 minutes"), "STREAM_FRESHNESS"),
             reconciled_deadline_cron=cron("RECONCILED_DEADLINE_CRON", d.reconciled_deadline_cron),
         )

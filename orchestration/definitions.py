@@ -7,7 +7,7 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 from dagster import Definitions, in_process_executor, load_assets_from_modules  # noqa: E402
 
-from assets import checks, daily, streaming  # noqa: E402
+from assets import checks, daily, observe, streaming  # noqa: E402
 from assets.freshness import freshness_checks, freshness_sensor  # noqa: E402
 from orchestration.jobs import all_jobs  # noqa: E402
 from orchestration.resources import LakehouseResource, SparkResource  # noqa: E402
@@ -17,7 +17,7 @@ from orchestration.sensors import all_sensors  # noqa: E402
 lakehouse = LakehouseResource()
 
 defs = Definitions(
-    assets=load_assets_from_modules([streaming, daily]),
+    assets=load_assets_from_modules([streaming, daily, observe]),
     asset_checks=[checks.reconciled_equals_replay, checks.fast_path_vs_replay, *freshness_checks],
     jobs=all_jobs,
     schedules=all_schedules,

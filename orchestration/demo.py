@@ -60,6 +60,7 @@ def main() -> int:
     for d in dates:
         result, checks = _run("reconcile_dates", instance, partition_key=d.isoformat())
         verdicts[d] = result.success and bool(checks) and all(c.passed for c in checks)
+    report, _ = _run("report_timeline", instance)
     counts = table_counts(settings)
     print("\nsummary")
     print(f"  produced           {len(generated.records)}  "
@@ -76,7 +77,9 @@ def main() -> int:
         ok &= equal
         print(f"  {d}: reconciled == replay: {'yes' if equal else f'NO ({diff} windows differ)'}"
               f" (GX check {'passed' if verdicts[d] else 'FAILED'})")
-    return 0 if ok else 1
+    report_path = settings.root / "reports" / "timeline.html"
+    print(f"  timeline report    {report_path if report.success else 'FAILED'}")
+    return 0 if ok and report.success else 1
 
 
 if __name__ == "__main__":

@@ -47,4 +47,9 @@ verify_job = define_asset_job(
                 "touching the gold table.",
 )
 
-all_jobs = [stream_catch_up_job, reconcile_job, correct_job, reprocess_job, verify_job]
+timeline_job = define_asset_job(
+    "report_timeline", selection=AssetSelection.assets("timeline_report"),
+    description="Write the observability timeline report ($LAKEHOUSE_ROOT/reports/timeline.html).",
+)
+
+all_jobs = [stream_catch_up_job, reconcile_job, correct_job, reprocess_job, verify_job, timeline_job]

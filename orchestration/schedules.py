@@ -6,6 +6,7 @@
   correction horizon that has data, as one run over the date range (single-run backfill policy).
 - `verification_schedule` (VERIFICATION_CRON, daily): replay yesterday from the log and run the
   blocking proof reconciled == replay.
+- `timeline_schedule` (TIMELINE_CRON, hourly): refresh the observability timeline report.
 """
 
 from datetime import date, timedelta
@@ -15,6 +16,7 @@ from dagster import (
     DefaultScheduleStatus,
     RunRequest,
     RunsFilter,
+    ScheduleDefinition,
     ScheduleEvaluationContext,
     SkipReason,
     schedule,
@@ -23,7 +25,7 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 
 from lakehouse.settings import Settings
 from lakehouse.summary import bronze_dates
-from orchestration.jobs import correct_job, stream_catch_up_job, verify_job
+from orchestration.jobs import correct_job, stream_catch_up_job, timeline_job, verify_job
 
 settings = Settings.from_env()
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
@@ -75,4 +77,10 @@ def verification_schedule(context: ScheduleEvaluationContext):
     return RunRequest(partition_key=yesterday.isoformat())
 
 
-all_schedules = [stream_catch_up_schedule, corrections_schedule, verification_schedule]
+timeline_schedule = ScheduleDefinition(
+    name="timeline_schedule", cron_schedule=settings.timeline_cron, job=timeline_job,
+    execution_timezone="UTC", default_status=DefaultScheduleStatus.RUNNING,
+    description="Refresh the observability timeline report.")
+
+all_schedules = [stream_catch_up_schedule, corrections_schedule, verification_schedule,
+                 timeline_schedule]
