@@ -234,9 +234,11 @@ def publish(
 
 
 def latest_state(spark: SparkSession, settings: Settings, d: date):
+    """The date's newest state row (the table is append-only: one row per run)."""
     return (
         read_table(spark, settings, CORRECTIONS_STATE)
         .where(F.col("event_date") == F.lit(d))
+        .orderBy(F.col("updated_at").desc())
         .first()
     )
 
@@ -247,13 +249,7 @@ def save_state(spark: SparkSession, settings: Settings, d: date, bronze_version:
         [(d, bronze_version, reconciled_version, mode, run_id, datetime.now(UTC))],
         read_table(spark, settings, CORRECTIONS_STATE).schema,
     )
-    (
-        DeltaTable.forPath(spark, settings.table_path(CORRECTIONS_STATE.name)).alias("t")
-        .merge(row.alias("s"), "t.event_date = s.event_date")
-        .whenMatchedUpdateAll()
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+    row.write.format("delta").mode("append").save(settings.table_path(CORRECTIONS_STATE.name))
 
 
 def foreign_gold_commits(spark: SparkSession, settings: Settings, d: date, since: int) -> list[int]:
@@ -347,14 +343,7 @@ def run_corrections(
     else:
         result.mode, result.reason = _plan(spark, settings, d, state)
         if result.mode == "incremental":
-            if state.bronze_version < bronze_version:
-                scope = affected_windows(spark, settings, d, bronze, state.bronze_version + 1,
-                                         bronze_version)
-            else:
-                scope = (read_table(spark, settings, RECONCILED)
-                         .where((F.col("event_date") == F.lit(d)) & (F.col("status") == "open"))
-                         .select(*KEY))
-            scope = scope.persist()
+            scope = _incremental_scope(spark, settings, d, bronze, state, bronze_version, result)
         recomputed = recompute(bronze, settings, d, scope)
     try:
         result.windows_recomputed = scope.count() if scope is not None else recomputed.count()
@@ -380,6 +369,27 @@ def run_corrections(
     return result
 
 
+def _incremental_scope(spark: SparkSession, settings: Settings, d: date, bronze: DataFrame, state,
+                       bronze_version: int, result: CorrectionResult) -> DataFrame | None:
+    """The windows to recompute (persisted), or None (whole date) when the bronze change feed
+    for the range can no longer be read (e.g. log files cleaned up)."""
+    if state.bronze_version >= bronze_version:
+        scope = (read_table(spark, settings, RECONCILED)
+                 .where((F.col("event_date") == F.lit(d)) & (F.col("status") == "open"))
+                 .select(*KEY))
+        return scope.persist()
+    try:
+        scope = affected_windows(spark, settings, d, bronze, state.bronze_version + 1,
+                                 bronze_version).persist()
+        scope.count()
+        return scope
+    except Exception as exc:  # noqa: BLE001 - any unreadable change feed means: recompute all
+        result.mode = "full"
+        result.reason = (f"bronze change feed unavailable since version {state.bronze_version + 1}: "
+                         f"{str(exc).splitlines()[0][:200]}")
+        return None
+
+
 def _plan(spark: SparkSession, settings: Settings, d: date, state) -> tuple[str, str]:
     """`incremental` or `full`, with the reason."""
     if state is None:
@@ -387,11 +397,4 @@ def _plan(spark: SparkSession, settings: Settings, d: date, state) -> tuple[str,
     foreign = foreign_gold_commits(spark, settings, d, state.reconciled_version)
     if foreign:
         return "full", f"reconciled_aggregates changed outside the pipeline (versions {foreign})"
-    try:
-        if state.bronze_version < table_version(spark, settings, BRONZE):
-            read_changes(spark, settings, BRONZE, state.bronze_version + 1,
-                         state.bronze_version + 1).limit(0).collect()
-    except Exception as exc:  # noqa: BLE001 - any unreadable change feed means: recompute all
-        return "full", f"bronze change feed unavailable since version {state.bronze_version + 1}: " \
-                       f"{str(exc).splitlines()[0][:200]}"
     return "incremental", f"bronze changes after version {state.bronze_version}"
