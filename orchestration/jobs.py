@@ -2,19 +2,29 @@
 
 from dagster import AssetSelection, define_asset_job
 
+from assets.checks import fast_path_vs_replay, reconciled_equals_replay
 from orchestration.partitions import daily_event_dates
+
+# Jobs run the data checks of their assets; freshness checks are left to their sensor.
+DATA_CHECKS = AssetSelection.checks(reconciled_equals_replay, fast_path_vs_replay)
+
+
+def assets_with_data_checks(*keys: str) -> AssetSelection:
+    return AssetSelection.assets(*keys).without_checks() | (
+        DATA_CHECKS & AssetSelection.checks_for_assets(*keys))
+
 
 stream_catch_up_job = define_asset_job(
     "stream_catch_up",
-    selection=AssetSelection.assets("raw_events", "bronze_events", "streaming_aggregates"),
+    selection=assets_with_data_checks("raw_events", "bronze_events", "streaming_aggregates"),
     description="Catch the stream up: every available Kafka record through bronze and the "
                 "windowed aggregates.",
 )
 
 reconcile_job = define_asset_job(
     "reconcile_dates",
-    selection=AssetSelection.assets("replay_aggregates", "late_corrections",
-                                    "reconciled_aggregates"),
+    selection=assets_with_data_checks("replay_aggregates", "late_corrections",
+                                      "reconciled_aggregates"),
     partitions_def=daily_event_dates,
     description="Corrections, replay and the blocking GX proof for event dates.",
 )
@@ -29,8 +39,8 @@ correct_job = define_asset_job(
 
 reprocess_job = define_asset_job(
     "reprocess_dates",
-    selection=AssetSelection.assets("replay_aggregates", "late_corrections",
-                                    "reconciled_aggregates"),
+    selection=assets_with_data_checks("replay_aggregates", "late_corrections",
+                                      "reconciled_aggregates"),
     partitions_def=daily_event_dates,
     config={"ops": {"corrections": {"config": {"reprocess": True}}}},
     description="Rebuild reconciled_aggregates for dates from a fresh replay of the log (after a "
@@ -40,8 +50,7 @@ reprocess_job = define_asset_job(
 
 verify_job = define_asset_job(
     "verify_dates",
-    selection=AssetSelection.assets("replay_aggregates")
-    | AssetSelection.checks_for_assets("reconciled_aggregates"),
+    selection=assets_with_data_checks("replay_aggregates") | DATA_CHECKS,
     partitions_def=daily_event_dates,
     description="Replay dates from the log and prove reconciled_aggregates equal to it, without "
                 "touching the gold table.",

@@ -47,11 +47,11 @@ def wait_for(predicate, svc, timeout=240, what="condition"):
 def test_crash_restart_lock_and_clean_stop(instance_env, spark):
     settings = instance_env
     env = {**os.environ, "STREAM_TRIGGER_INTERVAL": "2 seconds",
-           "MAX_OFFSETS_PER_TRIGGER": "700"}
+           "MAX_OFFSETS_PER_TRIGGER": "600"}
     end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
-    records = generate(GeneratorConfig(count=4500, seed=5, end=end, span=timedelta(hours=3),
+    records = generate(GeneratorConfig(count=2700, seed=5, end=end, span=timedelta(hours=3),
                                        keys=6, late_fraction=0.05)).records
-    chunks = [records[:1500], records[1500:3000], records[3000:]]
+    chunks = [records[:900], records[900:1800], records[1800:]]
     produce(settings, chunks[0])
 
     svc = start_service(env)
@@ -67,7 +67,7 @@ def test_crash_restart_lock_and_clean_stop(instance_env, spark):
 
     svc = start_service(env)
     try:
-        wait_for(lambda: bronze_rows(settings) > 1500, svc, what="progress after restart")
+        wait_for(lambda: bronze_rows(settings) > 900, svc, what="progress after restart")
         produce(settings, chunks[2])
         time.sleep(8)
     finally:
