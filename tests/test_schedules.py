@@ -103,3 +103,11 @@ def test_late_data_sensor_requests_exactly_the_dates_with_new_late_events(root):
     newer = late_data_sensor(build_sensor_context(instance=instance, cursor=cursor))
     assert [r.partition_key for r in newer.run_requests] == [today.isoformat()]
     assert newer.run_requests[0].run_key != requests[today.isoformat()]  # a new key for new work
+
+
+def test_timeline_schedule_requests_the_report_run(root):
+    from orchestration.schedules import timeline_schedule
+
+    data = timeline_schedule.evaluate_tick(build_schedule_context(scheduled_execution_time=TICK))
+    assert [r.job_name or timeline_schedule.job_name for r in data.run_requests] == ["report_timeline"]
+    assert timeline_schedule.cron_schedule == "45 * * * *"
