@@ -30,10 +30,13 @@ def _for_date(session, settings, table, d):
                          "total.")
 def reconciled_equals_replay(context: AssetCheckExecutionContext, lakehouse: LakehouseResource,
                              spark: SparkResource) -> AssetCheckResult:
-    settings = lakehouse.settings
-    session = spark.session
+    return prove_dates(spark.session, lakehouse.settings, partition_dates(context.op_execution_context))
+
+
+def prove_dates(session, settings, dates) -> AssetCheckResult:
+    """The reconciliation verdict for `dates` (the body of the blocking check)."""
     verdicts, missing = [], {}
-    for d in partition_dates(context.op_execution_context):
+    for d in dates:
         # A replay of a log that retention has cut proves nothing: fail with the lost offsets.
         if gone := missing_offsets(session, settings, d):
             missing[d.isoformat()] = {str(p): f"[{lo}, {hi})" for p, (lo, hi) in gone.items()}
