@@ -345,6 +345,8 @@ def run_corrections(
         if result.mode == "incremental":
             scope = _incremental_scope(spark, settings, d, bronze, state, bronze_version, result)
         recomputed = recompute(bronze, settings, d, scope)
+    if scope is None:  # counted for the metadata, then diffed: compute it once
+        recomputed = recomputed.persist()
     try:
         result.windows_recomputed = scope.count() if scope is not None else recomputed.count()
         if scope is None or result.windows_recomputed:
@@ -354,8 +356,7 @@ def run_corrections(
         else:
             result.watermark = stream_watermark(spark, settings)
     finally:
-        if scope is not None:
-            scope.unpersist()
+        (scope if scope is not None else recomputed).unpersist()
     save_state(spark, settings, d, bronze_version, gold_version, result.mode, run_id)
     result.beyond_horizon = bronze.where(
         F.col("kafka_timestamp") > F.lit(applicable_cutoff(settings, d))
