@@ -252,9 +252,9 @@ def save_state(spark: SparkSession, settings: Settings, d: date, bronze_version:
     row.write.format("delta").mode("append").save(settings.table_path(CORRECTIONS_STATE.name))
 
 
-def foreign_gold_commits(spark: SparkSession, settings: Settings, d: date, since: int) -> list[int]:
-    """Commits after version `since` that changed gold rows of `d` without the pipeline's tag."""
-    current = table_version(spark, settings, RECONCILED)
+def foreign_gold_commits(spark: SparkSession, settings: Settings, d: date, since: int,
+                         current: int) -> list[int]:
+    """Commits in (since, current] that changed gold rows of `d` without the pipeline's tag."""
     if current <= since:
         return []
     history = DeltaTable.forPath(spark, settings.table_path(RECONCILED.name)).history(current - since)
@@ -341,7 +341,7 @@ def run_corrections(
         recomputed = read_table(spark, settings, REPLAY).where(F.col("event_date") == F.lit(d))
         recomputed = recomputed.drop("replayed_at")
     else:
-        result.mode, result.reason = _plan(spark, settings, d, state)
+        result.mode, result.reason = _plan(spark, settings, d, state, gold_version)
         if result.mode == "incremental":
             scope = _incremental_scope(spark, settings, d, bronze, state, bronze_version, result)
         recomputed = recompute(bronze, settings, d, scope)
@@ -391,11 +391,11 @@ def _incremental_scope(spark: SparkSession, settings: Settings, d: date, bronze:
         return None
 
 
-def _plan(spark: SparkSession, settings: Settings, d: date, state) -> tuple[str, str]:
+def _plan(spark: SparkSession, settings: Settings, d: date, state, gold_version: int) -> tuple[str, str]:
     """`incremental` or `full`, with the reason."""
     if state is None:
         return "full", "first run for the date"
-    foreign = foreign_gold_commits(spark, settings, d, state.reconciled_version)
+    foreign = foreign_gold_commits(spark, settings, d, state.reconciled_version, gold_version)
     if foreign:
         return "full", f"reconciled_aggregates changed outside the pipeline (versions {foreign})"
     return "incremental", f"bronze changes after version {state.bronze_version}"
