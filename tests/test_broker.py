@@ -62,3 +62,15 @@ def test_missing_java_is_reported(tmp_path, monkeypatch):
     b = broker.Broker(tmp_path / "k", free_port())
     with pytest.raises(broker.BrokerError, match="java not found"):
         b.up()
+
+
+def test_storage_formats_with_a_cluster_id_that_starts_with_a_dash(tmp_path, monkeypatch):
+    """One random id in 64 starts with '-'; CI once failed on exactly that."""
+    assert not any(broker.new_cluster_id().startswith("-") for _ in range(2000))
+    monkeypatch.setattr(broker, "new_cluster_id", lambda: "-" + "A" * 21)
+    b = broker.Broker(tmp_path / "k", free_port())
+    b.state_dir.mkdir(parents=True)
+    b._render_config()
+    b._format_once(b._java(), b._classpath())
+    meta = (b.data_dir / "meta.properties").read_text()
+    assert "cluster.id=-" + "A" * 21 in meta

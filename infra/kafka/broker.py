@@ -13,6 +13,7 @@ pid it recorded. Every failure is one line on stderr saying what to do, and a no
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import signal
 import socket
@@ -58,6 +59,18 @@ def _pid_alive(pid: int) -> bool:
         return stat.rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: a random UUID in URL-safe base64, 22 characters.
+
+    Like Kafka's own ``Uuid.randomUuid``, ids starting with ``-`` are redrawn
+    (one in 64 would): a command-line parser reads them as an option.
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def _answers(port: int, timeout: float = 3.0) -> bool:
@@ -119,13 +132,10 @@ class Broker:
     def _format_once(self, java: str, cp: str) -> None:
         if (self.data_dir / "meta.properties").exists():
             return
-        cluster_id = uuid.uuid4().bytes
-        import base64
-
-        cid = base64.urlsafe_b64encode(cluster_id).decode().rstrip("=")
         done = subprocess.run(
             [java, "-cp", cp, f"-Dlog4j2.configurationFile={HERE / 'log4j2.yaml'}",
-             "kafka.tools.StorageTool", "format", "-t", cid, "-c", str(self.config)],
+             "kafka.tools.StorageTool", "format", f"--cluster-id={new_cluster_id()}",
+             "-c", str(self.config)],
             capture_output=True, text=True,
         )
         if done.returncode != 0:
