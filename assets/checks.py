@@ -15,7 +15,8 @@ from pyspark.sql import functions as F
 from assets.daily import partition_dates
 from expectations.reconciliation import check_equal, fast_path_gap
 from orchestration.resources import LakehouseResource, SparkResource
-from spark_jobs.replay import missing_offsets
+from spark_jobs.corrections import gold_bronze_version
+from spark_jobs.replay import missing_offsets, replayed_in_run
 from spark_jobs.tables import LATE, RECONCILED, REPLAY, STREAMING, read_table
 
 
@@ -35,8 +36,13 @@ def reconciled_equals_replay(context: AssetCheckExecutionContext, lakehouse: Lak
 
 def prove_dates(session, settings, dates) -> AssetCheckResult:
     """The reconciliation verdict for `dates` (the body of the blocking check)."""
-    verdicts, missing = [], {}
+    verdicts, missing, positions = [], {}, {}
     for d in dates:
+        # Which log prefix each side was computed from (bronze versions; see replay.py).
+        positions[d.isoformat()] = {
+            "reconciled_from_bronze_version": gold_bronze_version(session, settings, d),
+            "replay_up_to_bronze_version": replayed_in_run(session, settings, d, None),
+        }
         # A replay of a log that retention has cut proves nothing: fail with the lost offsets.
         if gone := missing_offsets(session, settings, d):
             missing[d.isoformat()] = {str(p): f"[{lo}, {hi})" for p, (lo, hi) in gone.items()}
@@ -56,6 +62,7 @@ def prove_dates(session, settings, dates) -> AssetCheckResult:
                 {v.event_date: v.differing_windows for v in failing}
             ),
             "totals": MetadataValue.json({v.event_date: v.totals for v in verdicts}),
+            "log_positions": MetadataValue.json(positions),
         },
     )
 

@@ -21,8 +21,8 @@ from dagster import (
 
 from orchestration.partitions import daily_event_dates
 from orchestration.resources import LakehouseResource, SparkResource
-from spark_jobs.corrections import run_corrections
-from spark_jobs.replay import ReplayIncomplete, run_replay
+from spark_jobs.corrections import gold_bronze_version, run_corrections
+from spark_jobs.replay import ReplayIncomplete, replayed_in_run, run_replay
 from spark_jobs.tables import CORRECTIONS, RECONCILED, REPLAY
 
 
@@ -70,9 +70,20 @@ def corrections(context: AssetExecutionContext, config: CorrectionsConfig,
     either asset runs the same idempotent job."""
     settings = lakehouse.settings
     t0 = time.monotonic()
+    run_id = context.run.run_id
+
+    def as_of(d: date) -> int | None:
+        # A replay of the date earlier in this run fixes the bronze version to compute from, so
+        # the blocking check compares both on the same log prefix. A reprocess without one uses
+        # the latest replay (its rows are what a reprocess publishes).
+        version = replayed_in_run(spark.session, settings, d, run_id)
+        if version is None and config.reprocess:
+            version = replayed_in_run(spark.session, settings, d, None)
+        return version
+
     results = [
-        run_corrections(spark.session, settings, d, run_id=context.run_id,
-                        reprocess=config.reprocess).as_metadata()
+        run_corrections(spark.session, settings, d, run_id=run_id, reprocess=config.reprocess,
+                        as_of=as_of(d)).as_metadata()
         for d in partition_dates(context)
     ]
     selected = {k.to_user_string() for k in context.selected_asset_keys}
@@ -113,8 +124,16 @@ def corrections(context: AssetExecutionContext, config: CorrectionsConfig,
 def replay_aggregates(context: AssetExecutionContext, lakehouse: LakehouseResource,
                       spark: SparkResource) -> MaterializeResult:
     settings = lakehouse.settings
+    session = spark.session
+    # With corrections later in this run: the newest log position (they compute from the same
+    # one). Alone (verification): the position the date's gold rows were computed from.
+    in_run = context.run.asset_selection or context.job_def.asset_layer.selected_asset_keys
+    corrects = bool({k.to_user_string() for k in in_run} & {"reconciled_aggregates",
+                                                           "late_corrections"})
     try:
-        results = [run_replay(spark.session, settings, d).as_metadata()
+        results = [run_replay(session, settings, d, run_id=context.run.run_id,
+                              as_of=None if corrects else gold_bronze_version(session, settings, d)
+                              ).as_metadata()
                    for d in partition_dates(context)]
     except ReplayIncomplete as exc:
         raise Failure(description=str(exc), metadata={

@@ -121,17 +121,21 @@ def topic_offsets(settings: Settings, topic: str | None = None, timeout: float =
 
 
 def offsets_for_time(
-    settings: Settings, ts_ms: int, topic: str | None = None, timeout: float = 10.0
+    settings: Settings, ts_ms: int, topic: str | None = None, timeout: float = 10.0,
+    known: list[PartitionOffsets] | None = None,
 ) -> dict[int, int]:
-    """First offset per partition whose (append) timestamp >= ts_ms; the end offset when none."""
+    """First offset per partition whose (append) timestamp >= ts_ms; the end offset when none.
+    `known`: the topic's offsets if the caller just read them (saves a broker round trip)."""
     topic = topic or settings.events_topic
+    offsets = known if known is not None else topic_offsets(settings, topic, timeout)
+    if not offsets:
+        return {}
+    ends = {p.partition: p.latest for p in offsets}
     consumer = _consumer(settings)
     try:
-        parts = [p.partition for p in topic_offsets(settings, topic, timeout)]
         found = _retrying(lambda: consumer.offsets_for_times(
-            [TopicPartition(topic, p, ts_ms) for p in parts], timeout=timeout
+            [TopicPartition(topic, p, ts_ms) for p in ends], timeout=timeout
         ))
-        ends = {p.partition: p.latest for p in topic_offsets(settings, topic, timeout)}
         return {tp.partition: (tp.offset if tp.offset >= 0 else ends[tp.partition]) for tp in found}
     finally:
         consumer.close()

@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 
 _UNITS = {
@@ -45,6 +45,12 @@ def parse_duration(text: str, name: str = "duration") -> timedelta:
             "ms, seconds, minutes, hours, days (e.g. '30 seconds')"
         )
     return timedelta(seconds=int(m.group(1)) * unit)
+
+
+def day_bounds(d: date) -> tuple[datetime, datetime]:
+    """[start, end) of a UTC event date."""
+    start = datetime.combine(d, time.min, tzinfo=UTC)
+    return start, start + timedelta(days=1)
 
 
 def spark_interval(td: timedelta) -> str:
@@ -167,6 +173,11 @@ class Settings:
         )
 
     # ---- derived -------------------------------------------------------------------------
+    def applicable_cutoff(self, d: date) -> datetime:
+        """Latest broker append time at which an event of date `d` is still applied: the end
+        of the date plus the correction horizon (corrections, replay and sensors share it)."""
+        return day_bounds(d)[1] + self.correction_horizon
+
     @property
     def recent_dates(self) -> int:
         """Dates the corrections schedule revisits: today plus every date still within the

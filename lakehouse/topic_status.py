@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
+
 from lakehouse.kafka_admin import admin, offsets_for_time, topic_offsets
 from lakehouse.settings import Settings
 
@@ -40,9 +42,17 @@ def processed_offsets(settings: Settings) -> tuple[dict[int, int], datetime | No
     path = settings.table_path("stream_progress")
     if not Path(path, "_delta_log").exists():
         return {}, None
-    table = DeltaTable(path).to_pyarrow_table(columns=["query", "batch_id", "batch_timestamp",
-                                                       "end_offsets"])
-    rows = [r for r in table.to_pylist() if r["query"] == "bronze" and r["end_offsets"]]
+    table = DeltaTable(path)
+    # Newest progress_date partition first: a tick reads one day of progress, not the history.
+    days = pa.table(table.get_add_actions(flatten=True)).column("partition.progress_date")
+    rows = []
+    for day in sorted({str(v) for v in days.to_pylist() if v is not None}, reverse=True):
+        rows = [r for r in table.to_pyarrow_table(
+            columns=["query", "batch_id", "batch_timestamp", "end_offsets"],
+            filters=[("progress_date", "=", day)]).to_pylist()
+            if r["query"] == "bronze" and r["end_offsets"]]
+        if rows:
+            break
     if not rows:
         return {}, None
     newest = max(rows, key=lambda r: r["batch_id"])
@@ -78,7 +88,7 @@ def topic_status(settings: Settings, now: datetime | None = None) -> TopicStatus
             # Before the first batch the stream starts at the earliest retained offset.
             "processed": done, "lag": p.latest - (p.earliest if done is None else done),
         })
-    since = offsets_for_time(settings, int((now - RATE_WINDOW).timestamp() * 1000))
+    since = offsets_for_time(settings, int((now - RATE_WINDOW).timestamp() * 1000), known=offsets)
     appended = sum(p.latest - since.get(p.partition, p.latest) for p in offsets)
     status.records_per_second = round(appended / RATE_WINDOW.total_seconds(), 2)
     status.retention_ms = retention_ms(settings)

@@ -2,15 +2,17 @@
 
 - `late_data_sensor`: when new rows land in `late_events` (events the fast path dropped behind the
   watermark), requests a corrections run for exactly their event dates that are still within the
-  correction horizon; one run per date, keyed by the date and the newest late row it covers, so a
-  re-evaluation never requests the same work twice. Nothing new, nothing requested.
+  correction horizon; one run per date, keyed by the date and the table version it covers, so a
+  re-evaluation never requests the same work twice. It follows the table's Delta versions (files
+  added since the last tick), not its rows. Nothing new, nothing requested.
 - `topic_observation_sensor`: records an observation of `raw_events` (offsets, lag, rate,
   retention) every minute without launching a run.
 """
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime
 from pathlib import Path
 
+import pyarrow as pa
 from dagster import (
     AssetObservation,
     DefaultSensorStatus,
@@ -26,42 +28,58 @@ from orchestration.jobs import correct_job
 from orchestration.observations import topic_metadata
 
 
-def new_late_dates(settings: Settings, after_ms: int, now: datetime) -> tuple[dict[date, int], int]:
-    """Event dates with late rows recorded after `after_ms` (epoch ms) that corrections may still
-    apply, each with its newest recorded_at (ms); and the newest recorded_at seen overall."""
+def new_late_dates(settings: Settings, after_version: int | None, now: datetime
+                   ) -> tuple[dict[date, int], int | None]:
+    """Event dates of late rows committed after `late_events` version `after_version` (None:
+    any) that corrections may still apply, and the table's current version.
+
+    Only the Delta log is read: the partition values of the data files added since that version
+    (`late_events` is append-only), so a tick costs the same however large the table grows.
+    """
     from deltalake import DeltaTable
 
     path = settings.table_path("late_events")
     if not Path(path, "_delta_log").exists():
-        return {}, after_ms
-    table = DeltaTable(path).to_pyarrow_table(columns=["event_date", "recorded_at"])
-    newest, dates = after_ms, {}
-    for row in table.to_pylist():
-        at = row["recorded_at"]
-        ms = int((at.replace(tzinfo=UTC) if at.tzinfo is None else at).timestamp() * 1000)
-        if ms <= after_ms:
-            continue
-        newest = max(newest, ms)
-        d = row["event_date"]
-        horizon_end = datetime.combine(d, time.min, tzinfo=UTC) + timedelta(days=1) \
-            + settings.correction_horizon
-        if now <= horizon_end and d >= settings.partitions_start_date:
-            dates[d] = max(dates.get(d, 0), ms)
-    return dates, newest
+        return {}, after_version
+    table = DeltaTable(path)
+    current = table.version()
+    if after_version is not None and current <= after_version:
+        return {}, after_version
+    files = _partition_by_file(table)
+    if after_version is not None:
+        try:
+            table.load_as_version(after_version)
+            for seen in _partition_by_file(table):
+                files.pop(seen, None)
+        except Exception:  # noqa: BLE001 - that version's log was cleaned up: treat all as new
+            pass
+    dates = {date.fromisoformat(v) for v in files.values() if v}
+    return {d: current for d in dates
+            if now <= settings.applicable_cutoff(d) and d >= settings.partitions_start_date}, current
+
+
+def _partition_by_file(table) -> dict[str, str]:
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    return dict(zip(actions["path"], (str(v) if v is not None else "" for v in
+                                      actions["partition.event_date"]), strict=True))
 
 
 @sensor(job=correct_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING,
         description="Corrections for the dates that received new late events.")
 def late_data_sensor(context: SensorEvaluationContext):
+    """Cursor: `v<version>` of `late_events` last looked at (any other cursor, such as the
+    older timestamp form, starts over: corrections are idempotent)."""
     settings = Settings.from_env()
-    after = int(context.cursor or 0)
-    dates, newest = new_late_dates(settings, after, datetime.now(UTC))
+    cursor = context.cursor or ""
+    after = int(cursor[1:]) if cursor.startswith("v") and cursor[1:].isdigit() else None
+    dates, current = new_late_dates(settings, after, datetime.now(UTC))
+    new_cursor = f"v{current}" if current is not None else cursor
     if not dates:
-        return SensorResult(skip_reason=SkipReason("no new late events"), cursor=str(newest))
+        return SensorResult(skip_reason=SkipReason("no new late events"), cursor=new_cursor)
     return SensorResult(
-        run_requests=[RunRequest(run_key=f"late-{d.isoformat()}-{ms}", partition_key=d.isoformat())
-                      for d, ms in sorted(dates.items())],
-        cursor=str(newest),
+        run_requests=[RunRequest(run_key=f"late-{d.isoformat()}-v{v}", partition_key=d.isoformat())
+                      for d, v in sorted(dates.items())],
+        cursor=new_cursor,
     )
 
 

@@ -20,8 +20,10 @@ or when the change feed for the range is no longer available.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+import time as _time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -50,20 +52,10 @@ from spark_jobs.windows import aggregate_windows, dedup_first, with_window_bound
 KEY = ("window_start", "key")
 
 
-def day_bounds(d: date) -> tuple[datetime, datetime]:
-    start = datetime.combine(d, time.min, tzinfo=UTC)
-    return start, start + timedelta(days=1)
-
-
-def applicable_cutoff(settings: Settings, d: date) -> datetime:
-    """Latest broker append time at which an event of date `d` is still applied."""
-    return day_bounds(d)[1] + settings.correction_horizon
-
-
 def events_for_date(events: DataFrame, settings: Settings, d: date) -> DataFrame:
     """Valid events of `d` that count: within the horizon, first copy of each event_id."""
     in_date = events.where(F.col("event_date") == F.lit(d))
-    applied = in_date.where(F.col("kafka_timestamp") <= F.lit(applicable_cutoff(settings, d)))
+    applied = in_date.where(F.col("kafka_timestamp") <= F.lit(settings.applicable_cutoff(d)))
     return dedup_first(applied)
 
 
@@ -92,6 +84,16 @@ class CorrectionResult:
     beyond_horizon: int = 0
     late_events: int = 0
     watermark: datetime | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def timed(self, stage: str):
+        """Wall seconds per stage of the run (metadata: where a slow run spends its time)."""
+        t0 = _time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = round(self.seconds.get(stage, 0.0) + _time.perf_counter() - t0, 2)
 
     def as_metadata(self) -> dict:
         return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in vars(self).items()}
@@ -124,7 +126,7 @@ def publish(
     now = datetime.now(UTC)
     gold = read_table(spark, settings, RECONCILED).where(F.col("event_date") == F.lit(d))
     if scope is not None:
-        gold = gold.join(scope, list(KEY), "left_semi")
+        gold = gold.join(F.broadcast(scope), list(KEY), "left_semi")
     late_windows = (
         read_table(spark, settings, LATE)
         .where(F.col("event_date") == F.lit(d))
@@ -137,7 +139,7 @@ def publish(
         recomputed.alias("n")
         .join(gold.alias("o"), [F.col(f"n.{k}") == F.col(f"o.{k}") for k in KEY], "full_outer")
         .join(
-            late_windows.alias("l"),
+            F.broadcast(late_windows).alias("l"),
             [F.coalesce(F.col(f"n.{k}"), F.col(f"o.{k}")) == F.col(f"l.{k}") for k in KEY],
             "left",
         )
@@ -184,11 +186,17 @@ def publish(
             .when(F.col("closed"), "final")
             .otherwise("open"),
         )
-        .persist()
     )
     try:
-        counts = {r.action: r.n for r in diff.groupBy("action").agg(F.count("*").alias("n")).collect()}
-        corrections_n = diff.where("is_correction").count()
+        with result.timed("diff"):
+            # Computed once and cut from its lineage: the counts and both MERGEs then plan over
+            # a plain scan instead of re-analysing the recompute (seconds per MERGE on 2 cores).
+            diff = diff.localCheckpoint(eager=True)
+            rows = diff.groupBy("action", "is_correction").agg(F.count("*").alias("n")).collect()
+            counts = {r.action: 0 for r in rows}
+            for r in rows:
+                counts[r.action] += r.n
+            corrections_n = sum(r.n for r in rows if r.is_correction)
         result.inserted = counts.get("insert", 0)
         result.removed = counts.get("remove", 0)
         result.finalized = counts.get("finalize", 0)
@@ -204,13 +212,14 @@ def publish(
             F.lit(run_id).alias("run_id"),
         )
         if corrections_n:
-            (
-                DeltaTable.forPath(spark, settings.table_path(CORRECTIONS.name)).alias("t")
-                .merge(changelog.alias("s"), f"{date_pred} AND t.window_start = s.window_start "
-                       "AND t.key = s.key AND t.revision = s.revision")
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+            with result.timed("changelog_merge"):
+                (
+                    DeltaTable.forPath(spark, settings.table_path(CORRECTIONS.name)).alias("t")
+                    .merge(changelog.alias("s"), f"{date_pred} AND t.window_start = s.window_start "
+                           "AND t.key = s.key AND t.revision = s.revision")
+                    .whenNotMatchedInsertAll()
+                    .execute()
+                )
         src = diff.select(
             "event_date", "window_start", "window_end", "key", "action", "revision", "status",
             *[F.col(f"after_{m}").alias(m) for m in MEASURE_COLUMNS],
@@ -219,15 +228,16 @@ def publish(
         values = {c: F.col(f"s.{c}") for c in (
             "event_date", "window_start", "window_end", "key", *MEASURE_COLUMNS,
             "revision", "status", "updated_at")}
-        (
-            DeltaTable.forPath(spark, settings.table_path(RECONCILED.name)).alias("t")
-            .merge(src.alias("s"), f"{date_pred} AND t.window_start = s.window_start "
-                   "AND t.key = s.key")
-            .whenMatchedDelete(condition="s.action = 'remove'")
-            .whenMatchedUpdate(set=values)
-            .whenNotMatchedInsert(condition="s.action != 'remove'", values=values)
-            .execute()
-        )
+        with result.timed("gold_merge"):
+            (
+                DeltaTable.forPath(spark, settings.table_path(RECONCILED.name)).alias("t")
+                .merge(src.alias("s"), f"{date_pred} AND t.window_start = s.window_start "
+                       "AND t.key = s.key")
+                .whenMatchedDelete(condition="s.action = 'remove'")
+                .whenMatchedUpdate(set=values)
+                .whenNotMatchedInsert(condition="s.action != 'remove'", values=values)
+                .execute()
+            )
         return result
     finally:
         diff.unpersist()
@@ -241,6 +251,12 @@ def latest_state(spark: SparkSession, settings: Settings, d: date):
         .orderBy(F.col("updated_at").desc())
         .first()
     )
+
+
+def gold_bronze_version(spark: SparkSession, settings: Settings, d: date) -> int | None:
+    """The bronze version the date's gold rows were last computed from (None: never)."""
+    state = latest_state(spark, settings, d)
+    return state.bronze_version if state is not None else None
 
 
 def save_state(spark: SparkSession, settings: Settings, d: date, bronze_version: int,
@@ -283,7 +299,8 @@ def affected_windows(spark: SparkSession, settings: Settings, d: date, bronze: D
         .where(F.col("event_date") == F.lit(d))
         .select("event_id", "event_time", "key")
     )
-    copies = bronze.join(changed.select("event_id").distinct(), "event_id", "left_semi")
+    copies = bronze.join(F.broadcast(changed.select("event_id").distinct()), "event_id",
+                         "left_semi")
     still_open = (
         read_table(spark, settings, RECONCILED)
         .where((F.col("event_date") == F.lit(d)) & (F.col("status") == "open"))
@@ -297,6 +314,24 @@ def affected_windows(spark: SparkSession, settings: Settings, d: date, bronze: D
     )
 
 
+def time_ranges(starts: list[datetime], size: timedelta, max_ranges: int = 32
+                ) -> list[tuple[datetime, datetime]]:
+    """[lo, hi) event-time ranges covering windows starting at `starts` (sorted), adjacent ones
+    merged, at most `max_ranges` (the smallest gaps are closed first). They prune bronze files
+    by their event_time statistics: a few late windows early in the day plus the open windows
+    at its end read two small ranges, not the whole day."""
+    ranges: list[list[datetime]] = []
+    for start in starts:
+        if ranges and start <= ranges[-1][1]:
+            ranges[-1][1] = max(ranges[-1][1], start + size)
+        else:
+            ranges.append([start, start + size])
+    while len(ranges) > max_ranges:
+        i = min(range(len(ranges) - 1), key=lambda j: ranges[j + 1][0] - ranges[j][1])
+        ranges[i:i + 2] = [[ranges[i][0], ranges[i + 1][1]]]
+    return [(lo, hi) for lo, hi in ranges]
+
+
 def recompute(bronze: DataFrame, settings: Settings, d: date, scope: DataFrame | None) -> DataFrame:
     """Exact windows of `d` from its bronze rows: all of them, or those in `scope`. Dedup needs
     every copy of an event id in the date, so the rows read are the scope's windows (pruned by
@@ -304,51 +339,68 @@ def recompute(bronze: DataFrame, settings: Settings, d: date, scope: DataFrame |
     if scope is None:
         return aggregate_windows(events_for_date(bronze, settings, d), settings)
     keys = list(KEY)
-    lo, last = scope.agg(F.min("window_start"), F.max("window_start")).first()
-    if lo is None:
+    starts = sorted(r.window_start for r in scope.select("window_start").distinct().collect())
+    if not starts:
         return aggregate_windows(bronze.limit(0), settings)
-    hi = last + settings.window_size
-    in_scope = with_window_bounds(
-        bronze.where((F.col("event_time") >= F.lit(lo)) & (F.col("event_time") < F.lit(hi))),
-        settings,
-    ).join(scope, keys, "left_semi")
-    candidates = bronze.join(in_scope.select("event_id").distinct(), "event_id", "left_semi")
+    in_ranges = F.lit(False)
+    for lo, hi in time_ranges(starts, settings.window_size):
+        in_ranges = in_ranges | ((F.col("event_time") >= F.lit(lo)) & (F.col("event_time") < F.lit(hi)))
+    in_scope = with_window_bounds(bronze.where(in_ranges), settings).join(
+        F.broadcast(scope), keys, "left_semi")
+    candidates = bronze.join(F.broadcast(in_scope.select("event_id").distinct()), "event_id",
+                             "left_semi")
     counted = (
         with_window_bounds(events_for_date(candidates, settings, d), settings)
-        .join(scope, keys, "left_semi")
+        .join(F.broadcast(scope), keys, "left_semi")
         .drop("window_start", "window_end")
     )
     return aggregate_windows(counted, settings)
 
 
 def run_corrections(
-    spark: SparkSession, settings: Settings, d: date, run_id: str, reprocess: bool = False
+    spark: SparkSession, settings: Settings, d: date, run_id: str, reprocess: bool = False,
+    as_of: int | None = None,
 ) -> CorrectionResult:
     """Correct one event date (idempotent: a rerun with no new data changes nothing).
 
     `reprocess` rebuilds the whole date from `replay_aggregates` (the log, parsed by the current
     code and settings) instead of bronze: every changed window is a `reprocess` correction.
+    `as_of` computes from that bronze version instead of the newest (the version a replay in
+    the same run read up to, so the two are compared on the same input).
     """
-    ensure_tables(spark, settings)
-    bronze_version = table_version(spark, settings, BRONZE)
-    gold_version = table_version(spark, settings, RECONCILED)
-    bronze = read_table(spark, settings, BRONZE, bronze_version).where(F.col("event_date") == F.lit(d))
-    result = CorrectionResult(d, bronze_version=bronze_version)
-    scope: DataFrame | None = None
-    state = latest_state(spark, settings, d)
+    result = CorrectionResult(d)
+    with result.timed("plan"):
+        ensure_tables(spark, settings)
+        bronze_version = table_version(spark, settings, BRONZE) if as_of is None else as_of
+        gold_version = table_version(spark, settings, RECONCILED)
+        result.bronze_version = bronze_version
+        bronze = read_table(spark, settings, BRONZE, bronze_version).where(
+            F.col("event_date") == F.lit(d))
+        scope: DataFrame | None = None
+        state = latest_state(spark, settings, d)
+        if reprocess:
+            result.mode, result.reason = "reprocess", "rebuilt from replay_aggregates"
+        else:
+            result.mode, result.reason = _plan(spark, settings, d, state, gold_version)
+            if state is not None and state.bronze_version > bronze_version:
+                result.mode, result.reason = "full", (
+                    f"gold was computed from bronze version {state.bronze_version}, newer than "
+                    f"this run's version {bronze_version}")
     if reprocess:
-        result.mode, result.reason = "reprocess", "rebuilt from replay_aggregates"
         recomputed = read_table(spark, settings, REPLAY).where(F.col("event_date") == F.lit(d))
         recomputed = recomputed.drop("replayed_at")
     else:
-        result.mode, result.reason = _plan(spark, settings, d, state, gold_version)
         if result.mode == "incremental":
-            scope = _incremental_scope(spark, settings, d, bronze, state, bronze_version, result)
+            with result.timed("scope"):
+                scope = _incremental_scope(spark, settings, d, bronze, state, bronze_version,
+                                           result)
         recomputed = recompute(bronze, settings, d, scope)
     if scope is None:  # counted for the metadata, then diffed: compute it once
         recomputed = recomputed.persist()
     try:
-        result.windows_recomputed = scope.count() if scope is not None else recomputed.count()
+        with result.timed("recompute"):
+            result.windows_recomputed = (scope.count() if scope is not None
+                                         else recomputed.count())
         if scope is None or result.windows_recomputed:
             with tagged_commits(spark, f"{result.mode}:{d.isoformat()}:{run_id}"):
                 publish(spark, settings, d, recomputed, scope, run_id, result,
@@ -357,33 +409,35 @@ def run_corrections(
             result.watermark = stream_watermark(spark, settings)
     finally:
         (scope if scope is not None else recomputed).unpersist()
-    save_state(spark, settings, d, bronze_version, gold_version, result.mode, run_id)
-    result.beyond_horizon = bronze.where(
-        F.col("kafka_timestamp") > F.lit(applicable_cutoff(settings, d))
-    ).count()
-    result.windows = (
-        read_table(spark, settings, RECONCILED).where(F.col("event_date") == F.lit(d)).count()
-    )
-    result.late_events = (
-        read_table(spark, settings, LATE).where(F.col("event_date") == F.lit(d)).count()
-    )
+    with result.timed("state"):
+        save_state(spark, settings, d, bronze_version, gold_version, result.mode, run_id)
+    with result.timed("totals"):  # one Spark job for the three counts
+        of_date = F.col("event_date") == F.lit(d)
+        totals = (
+            bronze.where(F.col("kafka_timestamp") > F.lit(settings.applicable_cutoff(d)))
+            .agg(F.count("*").alias("beyond_horizon"))
+            .crossJoin(read_table(spark, settings, RECONCILED).where(of_date)
+                       .agg(F.count("*").alias("windows")))
+            .crossJoin(read_table(spark, settings, LATE).where(of_date)
+                       .agg(F.count("*").alias("late_events")))
+            .first()
+        )
+        result.beyond_horizon, result.windows, result.late_events = totals
     return result
 
 
 def _incremental_scope(spark: SparkSession, settings: Settings, d: date, bronze: DataFrame, state,
                        bronze_version: int, result: CorrectionResult) -> DataFrame | None:
-    """The windows to recompute (persisted), or None (whole date) when the bronze change feed
+    """The windows to recompute (computed once, cut from their lineage), or None (whole date) when the bronze change feed
     for the range can no longer be read (e.g. log files cleaned up)."""
     if state.bronze_version >= bronze_version:
         scope = (read_table(spark, settings, RECONCILED)
                  .where((F.col("event_date") == F.lit(d)) & (F.col("status") == "open"))
                  .select(*KEY))
-        return scope.persist()
+        return scope.localCheckpoint(eager=True)
     try:
-        scope = affected_windows(spark, settings, d, bronze, state.bronze_version + 1,
-                                 bronze_version).persist()
-        scope.count()
-        return scope
+        return affected_windows(spark, settings, d, bronze, state.bronze_version + 1,
+                                bronze_version).localCheckpoint(eager=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable change feed means: recompute all
         result.mode = "full"
         result.reason = (f"bronze change feed unavailable since version {state.bronze_version + 1}: "

@@ -6,6 +6,12 @@ events of date D are those appended in [D start - future skew, D end + correctio
 (capped at now): an event of D appended earlier would be more than the allowed skew in the
 future (quarantined), and one appended later is beyond the horizon (not applied).
 
+The replay reads the same log prefix as the gold rows it is compared with: up to the Kafka
+position stamped on a bronze version (`tables.bronze_position`): the version the date's last
+corrections run used (verification), or the newest one when corrections follow in the same run
+(which then compute from that same version). Records the stream has not ingested yet are left
+for the next run instead of failing the proof.
+
 If retention already deleted records the pipeline saw for D (bronze holds offsets of D below a
 partition's log start offset), the replay raises `ReplayIncomplete` naming the missing offsets:
 it never publishes a partial replay.
@@ -21,10 +27,19 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.kafka_admin import offsets_for_time, topic_offsets
-from lakehouse.settings import Settings
-from spark_jobs.corrections import applicable_cutoff, day_bounds, events_for_date
+from lakehouse.settings import Settings, day_bounds
+from spark_jobs.corrections import events_for_date
 from spark_jobs.parse import parsed_events
-from spark_jobs.tables import BRONZE, REPLAY, ensure_tables, read_table
+from spark_jobs.tables import (
+    BRONZE,
+    REPLAY,
+    REPLAY_STATE,
+    LogPosition,
+    bronze_position,
+    ensure_tables,
+    read_table,
+    table_version,
+)
 from spark_jobs.windows import aggregate_windows
 
 
@@ -50,6 +65,7 @@ class ReplayResult:
     quarantined: int = 0
     windows: int = 0
     read_until: datetime | None = None
+    bronze_version: int | None = None  # the position's version; None: read to the log end
 
     def as_metadata(self) -> dict:
         return {
@@ -60,19 +76,26 @@ class ReplayResult:
             "quarantined_in_range": self.quarantined,
             "windows": self.windows,
             "read_until": self.read_until.isoformat() if self.read_until else None,
+            "as_of_bronze_version": self.bronze_version,
         }
 
 
-def offset_ranges(settings: Settings, d: date) -> tuple[dict[int, tuple[int, int]], datetime]:
+def offset_ranges(settings: Settings, d: date, position: LogPosition | None = None
+                  ) -> tuple[dict[int, tuple[int, int]], datetime]:
+    """[lo, hi) per partition holding the records of `d`, capped at `position` if given."""
     start, _ = day_bounds(d)
     now = datetime.now(UTC)
-    until = min(applicable_cutoff(settings, d), now)
-    lo = offsets_for_time(settings, int((start - settings.future_skew).timestamp() * 1000))
+    until = min(settings.applicable_cutoff(d), now)
+    offsets = topic_offsets(settings)
+    lo = offsets_for_time(settings, int((start - settings.future_skew).timestamp() * 1000),
+                          known=offsets)
     if until >= now:
-        hi = {p.partition: p.latest for p in topic_offsets(settings)}
+        hi = {p.partition: p.latest for p in offsets}
     else:
         # First offset appended after `until` (exclusive end).
-        hi = offsets_for_time(settings, int(until.timestamp() * 1000) + 1)
+        hi = offsets_for_time(settings, int(until.timestamp() * 1000) + 1, known=offsets)
+    if position is not None:  # partitions the stream had not seen yet: nothing read
+        hi = {p: max(lo[p], min(h, position.end_offsets.get(p, lo[p]))) for p, h in hi.items()}
     return {p: (lo[p], hi[p]) for p in sorted(hi)}, until
 
 
@@ -93,13 +116,18 @@ def missing_offsets(spark: SparkSession, settings: Settings, d: date) -> dict[in
     }
 
 
-def run_replay(spark: SparkSession, settings: Settings, d: date) -> ReplayResult:
+def run_replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None = None,
+               run_id: str = "") -> ReplayResult:
+    """Replay `d` up to the log position of bronze version `as_of` (None: the newest)."""
     ensure_tables(spark, settings)
     missing = missing_offsets(spark, settings, d)
     if missing:
         raise ReplayIncomplete(d, missing)
-    ranges, until = offset_ranges(settings, d)
-    result = ReplayResult(d, ranges=ranges, read_until=until)
+    version = as_of if as_of is not None else table_version(spark, settings, BRONZE)
+    position = bronze_position(spark, settings, version)
+    ranges, until = offset_ranges(settings, d, position)
+    result = ReplayResult(d, ranges=ranges, read_until=until,
+                          bronze_version=position.version if position else None)
     read = {p: r for p, r in ranges.items() if r[1] > r[0]}
     if read:
         topic = settings.events_topic
@@ -123,7 +151,27 @@ def run_replay(spark: SparkSession, settings: Settings, d: date) -> ReplayResult
     written = read_table(spark, settings, REPLAY).where(F.col("event_date") == F.lit(d))
     agg = written.agg(F.count("*").alias("w"), F.sum("event_count").alias("e")).first()
     result.windows, result.events = agg.w, int(agg.e or 0)
+    row = (d, result.bronze_version,
+           json.dumps(position.end_offsets) if position else None, run_id, datetime.now(UTC))
+    spark.createDataFrame([row], read_table(spark, settings, REPLAY_STATE).schema).write.format(
+        "delta").mode("append").save(settings.table_path(REPLAY_STATE.name))
     return result
+
+
+def replayed_in_run(spark: SparkSession, settings: Settings, d: date,
+                    run_id: str | None) -> int | None:
+    """The bronze version the replay of `d` in run `run_id` (None: the latest replay) read up
+    to (None: no such replay, or it read to the log end)."""
+    rows = read_table(spark, settings, REPLAY_STATE).where(F.col("event_date") == F.lit(d))
+    if run_id is not None:
+        rows = rows.where(F.col("run_id") == run_id)
+    row = (
+        rows
+        .orderBy(F.col("replayed_at").desc())
+        .select("bronze_version")
+        .first()
+    )
+    return row.bronze_version if row else None
 
 
 def _write_replay(windows, settings: Settings, d: date) -> None:

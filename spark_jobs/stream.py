@@ -31,7 +31,7 @@ from spark_jobs import checkpoint as ckpt
 from spark_jobs.lock import checkpoint_lock
 from spark_jobs.parse import parsed_events
 from spark_jobs.progress import record_progress
-from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING, ensure_tables
+from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING, ensure_tables, position_metadata
 from spark_jobs.windows import flatten_window, measures, window_of
 
 BRONZE_QUERY = "bronze"
@@ -68,14 +68,17 @@ class _Batch:
         return self._app_id
 
 
-def _idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int) -> None:
-    (
+def _idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int,
+                       user_metadata: str | None = None) -> None:
+    writer = (
         df.write.format("delta")
         .mode("append")
         .option("txnAppId", app_id)
         .option("txnVersion", batch_id)
-        .save(path)
     )
+    if user_metadata:
+        writer = writer.option("userMetadata", user_metadata)
+    writer.save(path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,9 +105,13 @@ def write_bronze_batch(settings: Settings, ctx: _Batch) -> Callable[[DataFrame, 
             F.current_timestamp().alias("ingested_at"),
             F.lit(batch_id).cast("long").alias("bronze_batch_id"),
         ]
+        # The batch's end offsets (from its write-ahead log entry) stamp the bronze commit.
+        ends = (ckpt.batch_offsets(batch.sparkSession, ctx.checkpoint, batch_id).sources[0]
+                or {}).get(settings.events_topic) or {}
         with parsed_events(batch, settings) as (valid, bad):
             _idempotent_append(valid.select("*", *stamp), settings.table_path(BRONZE.name),
-                               ctx.app_id, batch_id)
+                               ctx.app_id, batch_id,
+                               position_metadata({int(p): int(o) for p, o in ends.items()}))
             _idempotent_append(bad.select("*", *stamp), settings.table_path(QUARANTINE.name),
                                ctx.app_id, batch_id)
 

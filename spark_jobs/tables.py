@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -109,8 +110,15 @@ CORRECTIONS_STATE = Table(
     mode STRING NOT NULL, run_id STRING, updated_at TIMESTAMP NOT NULL""",
     "event_date",
 )
+REPLAY_STATE = Table(
+    "replay_state",
+    # Per replay of a date: the bronze version whose log position (Kafka end offsets) capped it.
+    """event_date DATE NOT NULL, bronze_version BIGINT, kafka_end_offsets STRING, run_id STRING,
+    replayed_at TIMESTAMP NOT NULL""",
+    "event_date",
+)
 ALL_TABLES = (BRONZE, QUARANTINE, STREAMING, LATE, RECONCILED, REPLAY, CORRECTIONS, PROGRESS,
-              CORRECTIONS_STATE)
+              CORRECTIONS_STATE, REPLAY_STATE)
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
@@ -139,7 +147,17 @@ def read_table(spark: SparkSession, settings: Settings, table: Table, version: i
 
 
 def table_version(spark: SparkSession, settings: Settings, table: Table) -> int:
-    return DeltaTable.forPath(spark, settings.table_path(table.name)).history(1).first().version
+    """The table's latest version. Asks the driver's DeltaLog (a listing of `_delta_log`, no
+    Spark job: ~15 ms instead of ~0.7 s for `history(1)` on 2 cores); falls back to the public
+    API if that internal call changes in another Delta release."""
+    path = settings.table_path(table.name)
+    jvm = spark.sparkContext._jvm
+    try:
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+        none = jvm.scala.Option.empty()
+        return int(log.update(False, none, none).version())
+    except Exception:  # noqa: BLE001 - py4j signature mismatch: use the public API
+        return DeltaTable.forPath(spark, path).history(1).first().version
 
 
 def read_changes(spark: SparkSession, settings: Settings, table: Table, first: int, last: int):
@@ -167,3 +185,40 @@ def tagged_commits(spark: SparkSession, detail: str):
         yield
     finally:
         spark.conf.unset(key)
+
+
+# Each bronze commit of the stream carries, in its userMetadata, the Kafka end offsets of the
+# batch it wrote: bronze at that version holds exactly the valid records below those offsets.
+# That is how the replay reads the same log prefix the gold rows were computed from.
+BRONZE_POSITION_TAG = "lakehouse-stream:kafka-end-offsets="
+
+
+def position_metadata(end_offsets: dict[int, int]) -> str:
+    return BRONZE_POSITION_TAG + json.dumps({str(p): o for p, o in sorted(end_offsets.items())})
+
+
+@dataclass(frozen=True)
+class LogPosition:
+    """The stream's Kafka position behind bronze version `version` (offsets exclusive)."""
+
+    version: int
+    end_offsets: dict[int, int]
+
+
+def bronze_position(spark: SparkSession, settings: Settings, version: int) -> LogPosition | None:
+    """The position of bronze at `version`: the offsets stamped on the newest stream commit at
+    or below it (a commit made outside the stream, such as a manual fix, moves no offset).
+    None when no such commit is found among the 100 before it (tables from older releases)."""
+    current = table_version(spark, settings, BRONZE)
+    depth = current - version + 100
+    history = (
+        DeltaTable.forPath(spark, settings.table_path(BRONZE.name)).history(depth)
+        .where(f"version <= {int(version)}")
+        .select("version", "userMetadata").orderBy("version", ascending=False).collect()
+    )
+    for row in history:
+        meta = row.userMetadata or ""
+        if meta.startswith(BRONZE_POSITION_TAG):
+            offsets = json.loads(meta[len(BRONZE_POSITION_TAG):])
+            return LogPosition(version, {int(p): int(o) for p, o in offsets.items()})
+    return None

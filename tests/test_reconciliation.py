@@ -130,6 +130,51 @@ def test_tampered_bronze_record_fails_the_check_and_reprocessing_the_date_repair
                       set={"value": F.lit(victim.value)})
 
 
+def test_records_arriving_after_a_corrections_run_wait_for_the_next_one_not_fail_the_proof(
+        published, spark):
+    """The replay reads the log prefix the gold rows were computed from (a bronze version's
+    stamped Kafka offsets), so new records of the date never race the blocking check."""
+    from datetime import UTC, datetime, time, timedelta
+
+    from lakehouse.generator import GeneratorConfig, generate, produce
+
+    settings, instance, d = published
+    events_before = sum(read(settings, "reconciled_aggregates", d)["event_count"].to_pylist())
+    gold_state = max(read(settings, "corrections_state", d).to_pylist(),
+                     key=lambda r: r["updated_at"])["bronze_version"]
+    new = generate(GeneratorConfig(
+        count=30, seed=404, end=datetime.combine(d, time(23, 0), tzinfo=UTC),
+        span=timedelta(minutes=20), malformed_fraction=0, duplicate_fraction=0,
+        late_fraction=0)).records
+    produce(settings, new)
+
+    def verify():
+        result, checks = run_job("verify_dates", instance, partition_key=d.isoformat())
+        replay = next(m.metadata for m in result.asset_materializations_for_node(
+            "replay_aggregates"))["per_date"].value[0]
+        return result, reconciliation_check(checks), replay
+
+    # Not ingested yet: before this fix the replay read them and the proof failed.
+    result, check, replay = verify()
+    assert result.success and check.passed, check.metadata["differing_windows"].value
+    assert replay["as_of_bronze_version"] == gold_state
+    # Ingested into bronze, not yet corrected: gold's position still decides.
+    result, _ = run_job("stream_catch_up", instance)
+    assert result.success
+    result, check, replay = verify()
+    assert result.success and check.passed and replay["as_of_bronze_version"] == gold_state
+
+    result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
+    check = reconciliation_check(checks)
+    assert result.success and check.passed
+    positions = check.metadata["log_positions"].value[d.isoformat()]
+    assert positions["reconciled_from_bronze_version"] == positions["replay_up_to_bronze_version"]
+    assert positions["reconciled_from_bronze_version"] > gold_state
+    events_after = sum(read(settings, "reconciled_aggregates", d)["event_count"].to_pylist())
+    assert events_after - events_before == len(new)  # every new event applied, once
+    assert compare_tables(settings, d) == 0
+
+
 def test_replay_of_a_date_cut_by_retention_fails_loudly(published, spark):
     """Last: it lets retention delete the scenario's topic."""
     settings, instance, d = published

@@ -94,7 +94,7 @@ def test_late_data_sensor_requests_exactly_the_dates_with_new_late_events(root):
     assert set(requests) == {yesterday.isoformat(), today.isoformat()}  # `old` is beyond the horizon
     assert all(r.job_name in (None, "correct_dates") for r in result.run_requests)
     cursor = result.cursor
-    assert int(cursor) == int((now - timedelta(minutes=2)).timestamp() * 1000)
+    assert cursor == "v0"  # the late_events version looked at
 
     again = late_data_sensor(build_sensor_context(instance=instance, cursor=cursor))
     assert not again.run_requests and again.cursor == cursor  # nothing new, nothing requested
@@ -103,6 +103,11 @@ def test_late_data_sensor_requests_exactly_the_dates_with_new_late_events(root):
     newer = late_data_sensor(build_sensor_context(instance=instance, cursor=cursor))
     assert [r.partition_key for r in newer.run_requests] == [today.isoformat()]
     assert newer.run_requests[0].run_key != requests[today.isoformat()]  # a new key for new work
+    assert newer.cursor == "v1"
+
+    # A cursor from before (not a version) starts over: every date with late rows in the horizon.
+    legacy = late_data_sensor(build_sensor_context(instance=instance, cursor="1763780000000"))
+    assert {r.partition_key for r in legacy.run_requests} == set(requests)
 
 
 def test_timeline_schedule_requests_the_report_run(root):
