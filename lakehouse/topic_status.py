@@ -46,7 +46,7 @@ def processed_offsets(settings: Settings) -> tuple[dict[int, int], datetime | No
     # Newest progress_date partition first: a tick reads one day of progress, not the history.
     days = pa.table(table.get_add_actions(flatten=True)).column("partition.progress_date")
     rows = []
-    for day in sorted({str(v) for v in days.to_pylist() if v is not None}, reverse=True):
+    for day in sorted({v for v in days.to_pylist() if v is not None}, reverse=True):
         rows = [r for r in table.to_pyarrow_table(
             columns=["query", "batch_id", "batch_timestamp", "end_offsets"],
             filters=[("progress_date", "=", day)]).to_pylist()
