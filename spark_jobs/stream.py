@@ -141,6 +141,10 @@ def bronze_source(spark: SparkSession, settings: Settings) -> DataFrame:
         # so each batch's source range is a range of bronze commit versions.
         .option("startingVersion", 0)
         .option("maxFilesPerTrigger", 1_000_000)
+        # Commits that change existing bronze rows (a repair, a deletion) are not new events:
+        # the fast path skips them instead of failing; corrections read them from the change
+        # feed (and a reprocess rebuilds from the log).
+        .option("skipChangeCommits", "true")
         .load(settings.table_path(BRONZE.name))
     )
 
