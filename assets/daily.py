@@ -31,6 +31,12 @@ def partition_dates(context: AssetExecutionContext) -> list[date]:
     return [date.fromisoformat(k) for k in context.partition_keys]
 
 
+def assets_in_run(context: AssetExecutionContext) -> set[str]:
+    """Every asset this run materializes (not only this op's)."""
+    keys = context.run.asset_selection or context.job_def.asset_layer.selected_asset_keys
+    return {k.to_user_string() for k in keys}
+
+
 class CorrectionsConfig(Config):
     reprocess: bool = False
     """Rebuild the dates from replay_aggregates (after a bug fix or a changed window size)
@@ -72,11 +78,13 @@ def corrections(context: AssetExecutionContext, config: CorrectionsConfig,
     t0 = time.monotonic()
     run_id = context.run.run_id
 
+    replays = "replay_aggregates" in assets_in_run(context)
+
     def as_of(d: date) -> int | None:
         # A replay of the date earlier in this run fixes the bronze version to compute from, so
         # the blocking check compares both on the same log prefix. A reprocess without one uses
         # the latest replay (its rows are what a reprocess publishes).
-        version = replayed_in_run(spark.session, settings, d, run_id)
+        version = replayed_in_run(spark.session, settings, d, run_id) if replays else None
         if version is None and config.reprocess:
             version = replayed_in_run(spark.session, settings, d, None)
         return version
@@ -126,15 +134,19 @@ def replay_aggregates(context: AssetExecutionContext, lakehouse: LakehouseResour
     settings = lakehouse.settings
     session = spark.session
     # With corrections later in this run: the newest log position (they compute from the same
-    # one). Alone (verification): the position the date's gold rows were computed from.
-    in_run = context.run.asset_selection or context.job_def.asset_layer.selected_asset_keys
-    corrects = bool({k.to_user_string() for k in in_run} & {"reconciled_aggregates",
-                                                           "late_corrections"})
+    # one). Alone (verification): the position the date's gold rows were computed from, or the
+    # log end for a date never corrected.
+    corrects = bool(assets_in_run(context) & {"reconciled_aggregates", "late_corrections"})
+    run_id = context.run.run_id
+
+    def replay(d: date):
+        if corrects:
+            return run_replay(session, settings, d, run_id=run_id)
+        gold = gold_bronze_version(session, settings, d)
+        return run_replay(session, settings, d, as_of=gold, run_id=run_id, to_log_end=gold is None)
+
     try:
-        results = [run_replay(session, settings, d, run_id=context.run.run_id,
-                              as_of=None if corrects else gold_bronze_version(session, settings, d)
-                              ).as_metadata()
-                   for d in partition_dates(context)]
+        results = [replay(d).as_metadata() for d in partition_dates(context)]
     except ReplayIncomplete as exc:
         raise Failure(description=str(exc), metadata={
             "event_date": exc.event_date.isoformat(),

@@ -428,8 +428,9 @@ def run_corrections(
 
 def _incremental_scope(spark: SparkSession, settings: Settings, d: date, bronze: DataFrame, state,
                        bronze_version: int, result: CorrectionResult) -> DataFrame | None:
-    """The windows to recompute (computed once, cut from their lineage), or None (whole date) when the bronze change feed
-    for the range can no longer be read (e.g. log files cleaned up)."""
+    """The windows to recompute (computed once, cut from their lineage), or None (whole date)
+    when the bronze change feed for the range can no longer be read (e.g. log files cleaned
+    up)."""
     if state.bronze_version >= bronze_version:
         scope = (read_table(spark, settings, RECONCILED)
                  .where((F.col("event_date") == F.lit(d)) & (F.col("status") == "open"))

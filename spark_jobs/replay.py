@@ -9,8 +9,9 @@ future (quarantined), and one appended later is beyond the horizon (not applied)
 The replay reads the same log prefix as the gold rows it is compared with: up to the Kafka
 position stamped on a bronze version (`tables.bronze_position`): the version the date's last
 corrections run used (verification), or the newest one when corrections follow in the same run
-(which then compute from that same version). Records the stream has not ingested yet are left
-for the next run instead of failing the proof.
+(which then compute from that same version). A date never corrected is replayed to the log
+end. Records the stream has not ingested yet are left for the next run instead of failing the
+proof.
 
 If retention already deleted records the pipeline saw for D (bronze holds offsets of D below a
 partition's log start offset), the replay raises `ReplayIncomplete` naming the missing offsets:
@@ -117,14 +118,17 @@ def missing_offsets(spark: SparkSession, settings: Settings, d: date) -> dict[in
 
 
 def run_replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None = None,
-               run_id: str = "") -> ReplayResult:
-    """Replay `d` up to the log position of bronze version `as_of` (None: the newest)."""
+               run_id: str = "", to_log_end: bool = False) -> ReplayResult:
+    """Replay `d` up to the log position of bronze version `as_of` (None: the newest), or
+    everything retained (`to_log_end`: nothing to compare with yet)."""
     ensure_tables(spark, settings)
     missing = missing_offsets(spark, settings, d)
     if missing:
         raise ReplayIncomplete(d, missing)
-    version = as_of if as_of is not None else table_version(spark, settings, BRONZE)
-    position = bronze_position(spark, settings, version)
+    position = None
+    if not to_log_end:
+        version = as_of if as_of is not None else table_version(spark, settings, BRONZE)
+        position = bronze_position(spark, settings, version)
     ranges, until = offset_ranges(settings, d, position)
     result = ReplayResult(d, ranges=ranges, read_until=until,
                           bronze_version=position.version if position else None)

@@ -62,4 +62,9 @@ def get_spark(settings: Settings) -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    # Corrections free their locally checkpointed frames when done; Spark warns on each that
+    # their lineage cannot be recomputed, which is the point.
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+        "org.apache.spark.rdd.MapPartitionsRDD", jvm.org.apache.logging.log4j.Level.ERROR)
     return spark
