@@ -15,7 +15,11 @@ Cost: a run reads the bronze changes since the date's previous run (Delta Change
 the version range recorded in `corrections_state`) and recomputes only the windows they touch
 (plus the windows of other copies of their event ids, and windows still open). The whole date
 is recomputed on its first run, when gold was changed by a commit that is not the pipeline's,
-or when the change feed for the range is no longer available.
+or when the change feed for the range is no longer available. `make bench` shows the
+incremental run costing the same on a date 8x larger; what remains is fixed per-run work.
+
+Input: bronze at one version (the newest, or the one a replay in the same run read up to), and
+`corrections_state` records it, so the proof can replay exactly the same log prefix.
 """
 
 from __future__ import annotations
