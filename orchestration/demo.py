@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from datetime import date
+from pathlib import Path
 
 from dagster import DagsterInstance
 
@@ -31,6 +32,10 @@ def _run(job_name: str, instance: DagsterInstance, **kwargs):
     return result, checks
 
 
+def _has_bronze(settings: Settings) -> bool:
+    return (Path(settings.table_path("bronze_events")) / "_delta_log").exists()
+
+
 def main() -> int:
     settings = Settings.from_env()
     count = int(os.environ.get("DEMO_EVENTS", "40000"))
@@ -41,6 +46,11 @@ def main() -> int:
     kinds = generated.kinds()
     print(f"demo: {count} records (seed {seed}) to topic {settings.events_topic!r} "
           f"in {chunks} chunks; lakehouse at {settings.root}")
+    before = table_counts(settings)["bronze_rows"] if _has_bronze(settings) else 0
+    if before:
+        print(f"  note: the lakehouse already holds {before} bronze rows from earlier runs; the "
+              "summary counts them too, and this run's events may land behind their watermark "
+              "(late). `make clean` starts from scratch.")
     step = -(-len(generated.records) // chunks)
     for i in range(chunks):
         part = generated.records[i * step:(i + 1) * step]
