@@ -117,6 +117,8 @@ def corrections(context: AssetExecutionContext, config: CorrectionsConfig,
                for k, v in totals.items() if k != "late_events"},
             "modes": MetadataValue.json({r["event_date"]: f"{r['mode']}: {r['reason']}"
                                          for r in results}),
+            "seconds_by_stage": MetadataValue.json({r["event_date"]: r["seconds"]
+                                                    for r in results}),
             "watermark": results[-1]["watermark"] if results else None,
             "duration_s": round(time.monotonic() - t0, 2),
             "per_date": per_date,

@@ -55,6 +55,9 @@ def test_rerunning_corrections_or_reprocessing_a_correct_date_changes_nothing(pu
         assert meta["windows_corrected"].value == 0 and meta["windows_inserted"].value == 0
         if job == "reconcile_dates":  # no new data: only windows still open are read again
             assert meta["windows_recomputed"].value == still_open
+            stages = meta["seconds_by_stage"].value[d.isoformat()]
+            assert {"plan", "scope", "recompute", "state", "totals"} <= set(stages)
+            assert meta["duration_s"].value >= sum(stages.values()) - 0.1
     assert gold_version(spark, settings) == version  # not one commit to gold
     assert read(settings, "late_corrections").num_rows == changelog
 
