@@ -24,10 +24,9 @@ def read(settings: Settings, name: str, event_date: date | None = None):
 
 def bronze_dates(settings: Settings) -> set[date]:
     """Event dates that have bronze data, from the Delta log alone (no data file is read)."""
-    from pathlib import Path
 
     path = settings.table_path("bronze_events")
-    if not Path(path, "_delta_log").exists():
+    if not DeltaTable.is_deltatable(path):
         return set()
     actions = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pydict()
     return {date.fromisoformat(str(v)) for v in actions.get("partition.event_date", []) if v}

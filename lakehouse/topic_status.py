@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pyarrow as pa
 
@@ -40,7 +39,7 @@ def processed_offsets(settings: Settings) -> tuple[dict[int, int], datetime | No
     from deltalake import DeltaTable
 
     path = settings.table_path("stream_progress")
-    if not Path(path, "_delta_log").exists():
+    if not DeltaTable.is_deltatable(path):
         return {}, None
     table = DeltaTable(path)
     # Newest progress_date partition first: a tick reads one day of progress, not the history.

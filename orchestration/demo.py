@@ -10,7 +10,6 @@ import os
 import sys
 import time
 from datetime import date
-from pathlib import Path
 
 from dagster import DagsterInstance
 
@@ -33,7 +32,9 @@ def _run(job_name: str, instance: DagsterInstance, **kwargs):
 
 
 def _has_bronze(settings: Settings) -> bool:
-    return (Path(settings.table_path("bronze_events")) / "_delta_log").exists()
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(settings.table_path("bronze_events"))
 
 
 def main() -> int:

@@ -10,7 +10,6 @@
 """
 
 from datetime import UTC, date, datetime
-from pathlib import Path
 
 import pyarrow as pa
 from dagster import (
@@ -39,7 +38,7 @@ def new_late_dates(settings: Settings, after_version: int | None, now: datetime
     from deltalake import DeltaTable
 
     path = settings.table_path("late_events")
-    if not Path(path, "_delta_log").exists():
+    if not DeltaTable.is_deltatable(path):
         return {}, after_version
     table = DeltaTable(path)
     current = table.version()

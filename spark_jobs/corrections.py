@@ -46,6 +46,7 @@ from spark_jobs.tables import (
     RECONCILED,
     REPLAY,
     ensure_tables,
+    latest_row,
     read_changes,
     read_table,
     table_version,
@@ -249,12 +250,7 @@ def publish(
 
 def latest_state(spark: SparkSession, settings: Settings, d: date):
     """The date's newest state row (the table is append-only: one row per run)."""
-    return (
-        read_table(spark, settings, CORRECTIONS_STATE)
-        .where(F.col("event_date") == F.lit(d))
-        .orderBy(F.col("updated_at").desc())
-        .first()
-    )
+    return latest_row(spark, settings, CORRECTIONS_STATE, d, "updated_at")
 
 
 def gold_bronze_version(spark: SparkSession, settings: Settings, d: date) -> int | None:
@@ -385,11 +381,8 @@ def run_corrections(
         if reprocess:
             result.mode, result.reason = "reprocess", "rebuilt from replay_aggregates"
         else:
-            result.mode, result.reason = _plan(spark, settings, d, state, gold_version)
-            if state is not None and state.bronze_version > bronze_version:
-                result.mode, result.reason = "full", (
-                    f"gold was computed from bronze version {state.bronze_version}, newer than "
-                    f"this run's version {bronze_version}")
+            result.mode, result.reason = _plan(spark, settings, d, state, gold_version,
+                                               bronze_version)
     if reprocess:
         recomputed = read_table(spark, settings, REPLAY).where(F.col("event_date") == F.lit(d))
         recomputed = recomputed.drop("replayed_at")
@@ -450,10 +443,14 @@ def _incremental_scope(spark: SparkSession, settings: Settings, d: date, bronze:
         return None
 
 
-def _plan(spark: SparkSession, settings: Settings, d: date, state, gold_version: int) -> tuple[str, str]:
+def _plan(spark: SparkSession, settings: Settings, d: date, state, gold_version: int,
+          bronze_version: int) -> tuple[str, str]:
     """`incremental` or `full`, with the reason."""
     if state is None:
         return "full", "first run for the date"
+    if state.bronze_version > bronze_version:  # asked for an older input than gold's
+        return "full", (f"gold was computed from bronze version {state.bronze_version}, newer "
+                        f"than this run's version {bronze_version}")
     foreign = foreign_gold_commits(spark, settings, d, state.reconciled_version, gold_version)
     if foreign:
         return "full", f"reconciled_aggregates changed outside the pipeline (versions {foreign})"

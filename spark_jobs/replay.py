@@ -27,7 +27,7 @@ from datetime import UTC, date, datetime
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.kafka_admin import offsets_for_time, topic_offsets
+from lakehouse.kafka_admin import PartitionOffsets, offsets_for_time, topic_offsets
 from lakehouse.settings import Settings, day_bounds
 from spark_jobs.corrections import events_for_date
 from spark_jobs.parse import parsed_events
@@ -38,6 +38,7 @@ from spark_jobs.tables import (
     LogPosition,
     bronze_position,
     ensure_tables,
+    latest_row,
     read_table,
     table_version,
 )
@@ -81,13 +82,15 @@ class ReplayResult:
         }
 
 
-def offset_ranges(settings: Settings, d: date, position: LogPosition | None = None
+def offset_ranges(settings: Settings, d: date, position: LogPosition | None = None,
+                  offsets: list[PartitionOffsets] | None = None
                   ) -> tuple[dict[int, tuple[int, int]], datetime]:
-    """[lo, hi) per partition holding the records of `d`, capped at `position` if given."""
+    """[lo, hi) per partition holding the records of `d`, capped at `position` if given.
+    `offsets`: the topic's offsets if just read."""
     start, _ = day_bounds(d)
     now = datetime.now(UTC)
     until = min(settings.applicable_cutoff(d), now)
-    offsets = topic_offsets(settings)
+    offsets = offsets if offsets is not None else topic_offsets(settings)
     lo = offsets_for_time(settings, int((start - settings.future_skew).timestamp() * 1000),
                           known=offsets)
     if until >= now:
@@ -100,9 +103,11 @@ def offset_ranges(settings: Settings, d: date, position: LogPosition | None = No
     return {p: (lo[p], hi[p]) for p in sorted(hi)}, until
 
 
-def missing_offsets(spark: SparkSession, settings: Settings, d: date) -> dict[int, tuple[int, int]]:
+def missing_offsets(spark: SparkSession, settings: Settings, d: date,
+                    offsets: list[PartitionOffsets] | None = None) -> dict[int, tuple[int, int]]:
     """Offsets of `d` seen in bronze that the log no longer retains, per partition."""
-    log_start = {p.partition: p.earliest for p in topic_offsets(settings)}
+    offsets = offsets if offsets is not None else topic_offsets(settings)
+    log_start = {p.partition: p.earliest for p in offsets}
     seen = (
         read_table(spark, settings, BRONZE)
         .where((F.col("event_date") == F.lit(d)) & (F.col("topic") == settings.events_topic))
@@ -122,14 +127,15 @@ def run_replay(spark: SparkSession, settings: Settings, d: date, as_of: int | No
     """Replay `d` up to the log position of bronze version `as_of` (None: the newest), or
     everything retained (`to_log_end`: nothing to compare with yet)."""
     ensure_tables(spark, settings)
-    missing = missing_offsets(spark, settings, d)
+    offsets = topic_offsets(settings)  # one broker round trip for the check and the ranges
+    missing = missing_offsets(spark, settings, d, offsets)
     if missing:
         raise ReplayIncomplete(d, missing)
     position = None
     if not to_log_end:
         version = as_of if as_of is not None else table_version(spark, settings, BRONZE)
         position = bronze_position(spark, settings, version)
-    ranges, until = offset_ranges(settings, d, position)
+    ranges, until = offset_ranges(settings, d, position, offsets)
     result = ReplayResult(d, ranges=ranges, read_until=until,
                           bronze_version=position.version if position else None)
     read = {p: r for p, r in ranges.items() if r[1] > r[0]}
@@ -155,8 +161,7 @@ def run_replay(spark: SparkSession, settings: Settings, d: date, as_of: int | No
     written = read_table(spark, settings, REPLAY).where(F.col("event_date") == F.lit(d))
     agg = written.agg(F.count("*").alias("w"), F.sum("event_count").alias("e")).first()
     result.windows, result.events = agg.w, int(agg.e or 0)
-    row = (d, result.bronze_version,
-           json.dumps(position.end_offsets) if position else None, run_id, datetime.now(UTC))
+    row = (d, result.bronze_version, run_id, datetime.now(UTC))
     spark.createDataFrame([row], read_table(spark, settings, REPLAY_STATE).schema).write.format(
         "delta").mode("append").save(settings.table_path(REPLAY_STATE.name))
     return result
@@ -166,15 +171,8 @@ def replayed_in_run(spark: SparkSession, settings: Settings, d: date,
                     run_id: str | None) -> int | None:
     """The bronze version the replay of `d` in run `run_id` (None: the latest replay) read up
     to (None: no such replay, or it read to the log end)."""
-    rows = read_table(spark, settings, REPLAY_STATE).where(F.col("event_date") == F.lit(d))
-    if run_id is not None:
-        rows = rows.where(F.col("run_id") == run_id)
-    row = (
-        rows
-        .orderBy(F.col("replayed_at").desc())
-        .select("bronze_version")
-        .first()
-    )
+    match = {"run_id": run_id} if run_id is not None else {}
+    row = latest_row(spark, settings, REPLAY_STATE, d, "replayed_at", **match)
     return row.bronze_version if row else None
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from lakehouse.settings import Settings
 
@@ -112,8 +113,8 @@ CORRECTIONS_STATE = Table(
 )
 REPLAY_STATE = Table(
     "replay_state",
-    # Per replay of a date: the bronze version whose log position (Kafka end offsets) capped it.
-    """event_date DATE NOT NULL, bronze_version BIGINT, kafka_end_offsets STRING, run_id STRING,
+    # Per replay of a date: the bronze version whose log position (`bronze_position`) capped it.
+    """event_date DATE NOT NULL, bronze_version BIGINT, run_id STRING,
     replayed_at TIMESTAMP NOT NULL""",
     "event_date",
 )
@@ -137,6 +138,16 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         if table.change_data_feed:
             builder = builder.property("delta.enableChangeDataFeed", "true")
         builder.execute()
+
+
+def latest_row(spark: SparkSession, settings: Settings, table: Table, d, order_by: str,
+               **equal):
+    """Newest row (by `order_by`) of event date `d` in an append-only state table, optionally
+    also matching column == value for each keyword; None when there is none."""
+    rows = read_table(spark, settings, table).where(F.col("event_date") == F.lit(d))
+    for column, value in equal.items():
+        rows = rows.where(F.col(column) == F.lit(value))
+    return rows.orderBy(F.col(order_by).desc()).first()
 
 
 def read_table(spark: SparkSession, settings: Settings, table: Table, version: int | None = None):

@@ -161,8 +161,13 @@ def test_records_arriving_after_a_corrections_run_wait_for_the_next_one_not_fail
     result, check, replay = verify()
     assert result.success and check.passed, check.metadata["differing_windows"].value
     assert replay["as_of_bronze_version"] == gold_state
-    # Ingested into bronze, not yet corrected: gold's position still decides. (The stream also
-    # survives the UPDATE commits the bronze tamper test made: it skips change commits.)
+    # A change commit on bronze (a repair that rewrites a row): the stream skips it, not dies.
+    bronze = DeltaTable.forPath(spark, settings.table_path("bronze_events"))
+    row = bronze.toDF().orderBy("partition", "offset").select("partition", "offset").first()
+    bronze.update(condition=(F.col("partition") == row.partition) & (F.col("offset") == row.offset),
+                  set={"value": F.col("value")})
+    assert bronze.history(1).first().operation == "UPDATE"
+    # Ingested into bronze, not yet corrected: gold's position still decides.
     result, _ = run_job("stream_catch_up", instance)
     assert result.success
     result, check, replay = verify()
