@@ -162,7 +162,9 @@ def run_replay(spark: SparkSession, settings: Settings, d: date, as_of: int | No
     agg = written.agg(F.count("*").alias("w"), F.sum("event_count").alias("e")).first()
     result.windows, result.events = agg.w, int(agg.e or 0)
     row = (d, result.bronze_version, run_id, datetime.now(UTC))
-    spark.createDataFrame([row], read_table(spark, settings, REPLAY_STATE).schema).write.format(
+    # The declared schema, not the table's: a table created by an older release with more
+    # (nullable) columns still takes the row.
+    spark.createDataFrame([row], REPLAY_STATE.ddl).write.format(
         "delta").mode("append").save(settings.table_path(REPLAY_STATE.name))
     return result
 
