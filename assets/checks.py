@@ -13,8 +13,8 @@ from dagster import (
 from pyspark.sql import functions as F
 
 from assets.daily import partition_dates
+from assets.resources import LakehouseResource, SparkResource
 from expectations.reconciliation import check_equal, fast_path_gap
-from orchestration.resources import LakehouseResource, SparkResource
 from spark_jobs.corrections import gold_bronze_version
 from spark_jobs.replay import missing_offsets, replayed_in_run
 from spark_jobs.tables import LATE, RECONCILED, REPLAY, STREAMING, read_table

@@ -19,8 +19,8 @@ from dagster import (
     multi_asset,
 )
 
-from orchestration.partitions import daily_event_dates
-from orchestration.resources import LakehouseResource, SparkResource
+from assets.partitions import daily_event_dates
+from assets.resources import LakehouseResource, SparkResource
 from spark_jobs.corrections import gold_bronze_version, run_corrections
 from spark_jobs.replay import ReplayIncomplete, replayed_in_run, run_replay
 from spark_jobs.tables import CORRECTIONS, RECONCILED, REPLAY

@@ -2,7 +2,7 @@
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
-from orchestration.resources import LakehouseResource, SparkResource
+from assets.resources import LakehouseResource, SparkResource
 from spark_jobs.timeline import write_timeline
 
 

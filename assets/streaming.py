@@ -13,11 +13,11 @@ from dagster import (
     asset,
 )
 
+from assets.observations import topic_metadata
+from assets.resources import LakehouseResource, SparkResource
 from lakehouse.kafka_admin import ensure_topic
-from orchestration.observations import topic_metadata
-from orchestration.resources import LakehouseResource, SparkResource
 from spark_jobs import stream
-from spark_jobs.summaries import bronze_summary, streaming_summary
+from spark_jobs.run_metadata import bronze_summary, streaming_summary
 from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING
 
 STREAM_POOL = "lakehouse_stream"  # one catch-up per checkpoint at a time

@@ -9,8 +9,8 @@ from dagster import Definitions, in_process_executor, load_assets_from_modules  
 
 from assets import checks, daily, observe, streaming  # noqa: E402
 from assets.freshness import freshness_checks, freshness_sensor  # noqa: E402
+from assets.resources import LakehouseResource, SparkResource  # noqa: E402
 from orchestration.jobs import all_jobs  # noqa: E402
-from orchestration.resources import LakehouseResource, SparkResource  # noqa: E402
 from orchestration.schedules import all_schedules  # noqa: E402
 from orchestration.sensors import all_sensors  # noqa: E402
 

@@ -15,7 +15,7 @@ from dagster import DagsterInstance
 
 from lakehouse.generator import GeneratorConfig, generate, produce
 from lakehouse.settings import Settings
-from lakehouse.summary import compare_tables, table_counts
+from lakehouse.table_reads import compare_tables, table_counts
 from orchestration.definitions import defs
 
 

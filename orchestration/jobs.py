@@ -3,7 +3,7 @@
 from dagster import AssetSelection, define_asset_job
 
 from assets.checks import fast_path_vs_replay, reconciled_equals_replay
-from orchestration.partitions import daily_event_dates
+from assets.partitions import daily_event_dates
 
 # Jobs run the data checks of their assets; freshness checks are left to their sensor.
 DATA_CHECKS = AssetSelection.checks(reconciled_equals_replay, fast_path_vs_replay)

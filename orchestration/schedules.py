@@ -24,7 +24,7 @@ from dagster import (
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from lakehouse.settings import Settings
-from lakehouse.summary import bronze_dates
+from lakehouse.table_reads import bronze_dates
 from orchestration.jobs import correct_job, stream_catch_up_job, timeline_job, verify_job
 
 settings = Settings.from_env()

@@ -22,9 +22,9 @@ from dagster import (
     sensor,
 )
 
+from assets.observations import topic_metadata
 from lakehouse.settings import Settings
 from orchestration.jobs import correct_job
-from orchestration.observations import topic_metadata
 
 
 def new_late_dates(settings: Settings, after_version: int | None, now: datetime

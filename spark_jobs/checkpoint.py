@@ -10,8 +10,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
+
+from lakehouse.settings import Settings
+
+# The two streaming queries; each has its checkpoint at $LAKEHOUSE_ROOT/_checkpoints/<name>.
+BRONZE_QUERY = "bronze"
+AGG_QUERY = "aggregates"
 
 
 def read_text(spark: SparkSession, path: str) -> str | None:
@@ -77,3 +84,13 @@ def last_commit_time(spark: SparkSession, checkpoint: str) -> float | None:
     hpath = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/commits/{last}")
     fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     return fs.getFileStatus(hpath).getModificationTime() / 1000
+
+
+def stream_watermark(spark: SparkSession, settings: Settings) -> datetime | None:
+    """The watermark of the aggregation stream's last committed batch (None before the first)."""
+    path = settings.checkpoint_path(AGG_QUERY)
+    last = last_committed_batch(spark, path)
+    offsets = batch_offsets(spark, path, last) if last is not None else None
+    if offsets is None or offsets.watermark_ms <= 0:
+        return None
+    return datetime.fromtimestamp(offsets.watermark_ms / 1000, tz=UTC)

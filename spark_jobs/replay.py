@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.kafka_admin import PartitionOffsets, offsets_for_time, topic_offsets
 from lakehouse.settings import Settings, day_bounds
-from spark_jobs.corrections import events_for_date
+from spark_jobs.counting import events_for_date
 from spark_jobs.parse import parsed_events
 from spark_jobs.tables import (
     BRONZE,

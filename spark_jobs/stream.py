@@ -28,14 +28,12 @@ from pyspark.sql.streaming import StreamingQuery
 from lakehouse.kafka_admin import topic_offsets
 from lakehouse.settings import Settings, spark_interval
 from spark_jobs import checkpoint as ckpt
+from spark_jobs.checkpoint import AGG_QUERY, BRONZE_QUERY
 from spark_jobs.lock import checkpoint_lock
 from spark_jobs.parse import parsed_events
 from spark_jobs.progress import record_progress
 from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING, ensure_tables, position_metadata
 from spark_jobs.windows import flatten_window, measures, window_of
-
-BRONZE_QUERY = "bronze"
-AGG_QUERY = "aggregates"
 
 
 @dataclass

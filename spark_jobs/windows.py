@@ -1,18 +1,14 @@
-"""Event-time window aggregation and the dedup rule, shared by the stream, corrections and replay.
+"""Event-time windows and measures, shared by the stream, corrections and replay.
 
 One definition of the measures keeps the three paths comparable row by row.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.settings import Settings, spark_interval
-
-# Order that decides which copy of a duplicated event_id is "first": broker append time, then
-# log position. Deterministic, so corrections and replay pick the same copy.
-ARRIVAL_ORDER = ("kafka_timestamp", "topic", "partition", "offset")
 
 
 def fingerprint(event_id: Column) -> Column:
@@ -50,13 +46,6 @@ def aggregate_windows(events: DataFrame, settings: Settings) -> DataFrame:
     """Batch aggregation of already-deduplicated events into tumbling windows per key."""
     agg = events.groupBy(window_of(settings).alias("window"), "key").agg(*measures())
     return flatten_window(agg)
-
-
-def dedup_first(events: DataFrame) -> DataFrame:
-    """Keep the first copy of each event_id within its event_date (DESIGN §4: a re-sent event
-    keeps its id, its event time and so its date, and counts once)."""
-    order = Window.partitionBy("event_date", "event_id").orderBy(*ARRIVAL_ORDER)
-    return events.withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n")
 
 
 def with_window_bounds(events: DataFrame, settings: Settings) -> DataFrame:

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from assets.checks import prove_dates
 from lakehouse.kafka_admin import admin, topic_offsets
-from lakehouse.summary import compare_tables, read
+from lakehouse.table_reads import compare_tables, read
 
 
 @pytest.fixture(scope="module")

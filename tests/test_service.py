@@ -15,7 +15,7 @@ from conftest import REPO
 from reference import aggregate, dedup, rows_of
 
 from lakehouse.generator import GeneratorConfig, generate, produce
-from lakehouse.summary import read
+from lakehouse.table_reads import read
 from spark_jobs import stream
 from spark_jobs.lock import CheckpointBusy
 

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from lakehouse.timeline_html import (
+from spark_jobs.timeline_html import (
     HISTOGRAM,
     TIMELINE_SERIES,
     WHAT_IF,

@@ -9,8 +9,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
-from spark_jobs.corrections import stream_watermark
-from spark_jobs.stream import AGG_QUERY
+from spark_jobs.checkpoint import AGG_QUERY, stream_watermark
 from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING, read_table
 
 

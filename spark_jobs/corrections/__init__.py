@@ -1,0 +1,116 @@
+"""Corrections: recompute a date's affected windows exactly from bronze and publish them to the
+gold `reconciled_aggregates`, logging every change of a published window in `late_corrections`.
+
+Rules (DESIGN §4):
+- an event counts when it is valid, the first copy of its event_id in its date (arrival order),
+  and reached the broker within the correction horizon after its date ended; later arrivals are
+  kept in bronze and reported, not applied (the replay applies the same cut-off);
+- a window first appears with revision 0; while it is `open` (the stream's watermark has not
+  passed its end) it is provisional and updated in place; a change to a `final` or `corrected`
+  window is a correction: revision + 1, status `corrected`, one changelog row with the cause;
+- the changelog row is written before the gold row, keyed by (window, key, revision), so a run
+  that dies between the two writes is completed, not duplicated, by the next run.
+
+Cost: a run reads the bronze changes since the date's previous run (Delta Change Data Feed over
+the version range recorded in `corrections_state`) and recomputes only the windows they touch
+(plus the windows of other copies of their event ids, and windows still open). The whole date
+is recomputed on its first run, when gold was changed by a commit that is not the pipeline's,
+or when the change feed for the range is no longer available. `make bench` shows the
+incremental run costing the same on a date 8x larger; what remains is fixed per-run work.
+
+Input: bronze at one version (the newest, or the one a replay in the same run read up to), and
+`corrections_state` records it, so the proof can replay exactly the same log prefix.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.settings import Settings
+from spark_jobs.checkpoint import stream_watermark
+from spark_jobs.corrections.publish import publish
+from spark_jobs.corrections.recompute import recompute
+from spark_jobs.corrections.result import CorrectionResult
+from spark_jobs.corrections.scope import incremental_scope, time_ranges
+from spark_jobs.corrections.state import gold_bronze_version, latest_state, plan, save_state
+from spark_jobs.tables import (
+    BRONZE,
+    LATE,
+    RECONCILED,
+    REPLAY,
+    ensure_tables,
+    read_table,
+    table_version,
+    tagged_commits,
+)
+
+__all__ = ["CorrectionResult", "gold_bronze_version", "run_corrections", "time_ranges"]
+
+
+def run_corrections(
+    spark: SparkSession, settings: Settings, d: date, run_id: str, reprocess: bool = False,
+    as_of: int | None = None,
+) -> CorrectionResult:
+    """Correct one event date (idempotent: a rerun with no new data changes nothing).
+
+    `reprocess` rebuilds the whole date from `replay_aggregates` (the log, parsed by the current
+    code and settings) instead of bronze: every changed window is a `reprocess` correction.
+    `as_of` computes from that bronze version instead of the newest (the version a replay in
+    the same run read up to, so the two are compared on the same input).
+    """
+    result = CorrectionResult(d)
+    with result.timed("plan"):
+        ensure_tables(spark, settings)
+        bronze_version = table_version(spark, settings, BRONZE) if as_of is None else as_of
+        gold_version = table_version(spark, settings, RECONCILED)
+        result.bronze_version = bronze_version
+        bronze = read_table(spark, settings, BRONZE, bronze_version).where(
+            F.col("event_date") == F.lit(d))
+        scope: DataFrame | None = None
+        state = latest_state(spark, settings, d)
+        if reprocess:
+            result.mode, result.reason = "reprocess", "rebuilt from replay_aggregates"
+        else:
+            result.mode, result.reason = plan(spark, settings, d, state, gold_version,
+                                               bronze_version)
+    if reprocess:
+        recomputed = read_table(spark, settings, REPLAY).where(F.col("event_date") == F.lit(d))
+        recomputed = recomputed.drop("replayed_at")
+    else:
+        if result.mode == "incremental":
+            with result.timed("scope"):
+                scope = incremental_scope(spark, settings, d, bronze, state, bronze_version,
+                                           result)
+        recomputed = recompute(bronze, settings, d, scope)
+    if scope is None:  # counted for the metadata, then diffed: compute it once
+        recomputed = recomputed.persist()
+    try:
+        with result.timed("recompute"):
+            result.windows_recomputed = (scope.count() if scope is not None
+                                         else recomputed.count())
+        if scope is None or result.windows_recomputed:
+            with tagged_commits(spark, f"{result.mode}:{d.isoformat()}:{run_id}"):
+                publish(spark, settings, d, recomputed, scope, run_id, result,
+                        cause="reprocess" if reprocess else None)
+        else:
+            result.watermark = stream_watermark(spark, settings)
+    finally:
+        (scope if scope is not None else recomputed).unpersist()
+    with result.timed("state"):
+        save_state(spark, settings, d, bronze_version, gold_version, result.mode, run_id)
+    with result.timed("totals"):  # one Spark job for the three counts
+        of_date = F.col("event_date") == F.lit(d)
+        totals = (
+            bronze.where(F.col("kafka_timestamp") > F.lit(settings.applicable_cutoff(d)))
+            .agg(F.count("*").alias("beyond_horizon"))
+            .crossJoin(read_table(spark, settings, RECONCILED).where(of_date)
+                       .agg(F.count("*").alias("windows")))
+            .crossJoin(read_table(spark, settings, LATE).where(of_date)
+                       .agg(F.count("*").alias("late_events")))
+            .first()
+        )
+        result.beyond_horizon, result.windows, result.late_events = totals
+    return result

@@ -1,0 +1,74 @@
+"""Per-date corrections state (append-only `corrections_state`) and the plan it implies:
+recompute the whole date, or only the windows bronze changes touched since its last run."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.settings import Settings
+from spark_jobs.tables import (
+    CORRECTIONS_STATE,
+    PIPELINE_TAG,
+    RECONCILED,
+    latest_row,
+    read_changes,
+    read_table,
+)
+
+
+def latest_state(spark: SparkSession, settings: Settings, d: date):
+    """The date's newest state row (the table is append-only: one row per run)."""
+    return latest_row(spark, settings, CORRECTIONS_STATE, d, "updated_at")
+
+
+def gold_bronze_version(spark: SparkSession, settings: Settings, d: date) -> int | None:
+    """The bronze version the date's gold rows were last computed from (None: never)."""
+    state = latest_state(spark, settings, d)
+    return state.bronze_version if state is not None else None
+
+
+def save_state(spark: SparkSession, settings: Settings, d: date, bronze_version: int,
+               reconciled_version: int, mode: str, run_id: str) -> None:
+    row = spark.createDataFrame(
+        [(d, bronze_version, reconciled_version, mode, run_id, datetime.now(UTC))],
+        read_table(spark, settings, CORRECTIONS_STATE).schema,
+    )
+    row.write.format("delta").mode("append").save(settings.table_path(CORRECTIONS_STATE.name))
+
+
+def foreign_gold_commits(spark: SparkSession, settings: Settings, d: date, since: int,
+                         current: int) -> list[int]:
+    """Commits in (since, current] that changed gold rows of `d` without the pipeline's tag."""
+    if current <= since:
+        return []
+    history = DeltaTable.forPath(spark, settings.table_path(RECONCILED.name)).history(current - since)
+    foreign = [
+        r.version for r in history.select("version", "userMetadata").collect()
+        if r.version > since and not (r.userMetadata or "").startswith(PIPELINE_TAG)
+    ]
+    if not foreign:
+        return []
+    touched = (
+        read_changes(spark, settings, RECONCILED, min(foreign), current)
+        .where((F.col("event_date") == F.lit(d)) & F.col("_commit_version").isin(foreign))
+        .select("_commit_version").distinct().collect()
+    )
+    return sorted(r._commit_version for r in touched)
+
+
+def plan(spark: SparkSession, settings: Settings, d: date, state, gold_version: int,
+          bronze_version: int) -> tuple[str, str]:
+    """`incremental` or `full`, with the reason."""
+    if state is None:
+        return "full", "first run for the date"
+    if state.bronze_version > bronze_version:  # asked for an older input than gold's
+        return "full", (f"gold was computed from bronze version {state.bronze_version}, newer "
+                        f"than this run's version {bronze_version}")
+    foreign = foreign_gold_commits(spark, settings, d, state.reconciled_version, gold_version)
+    if foreign:
+        return "full", f"reconciled_aggregates changed outside the pipeline (versions {foreign})"
+    return "incremental", f"bronze changes after version {state.bronze_version}"

@@ -1,0 +1,36 @@
+"""Which events count for a date: the dedup and horizon rules (DESIGN §4), in one place.
+
+Corrections (from bronze) and the replay (from the raw log) both call `events_for_date`, so the
+two sides of the proof apply the same rules without either importing the other.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from lakehouse.settings import Settings
+
+# Order that decides which copy of a duplicated event_id is "first": broker append time, then
+# log position. Deterministic, so corrections and replay pick the same copy.
+ARRIVAL_ORDER = ("kafka_timestamp", "topic", "partition", "offset")
+
+
+def dedup_first(events: DataFrame) -> DataFrame:
+    """Keep the first copy of each event_id within its event_date (a re-sent event keeps its id,
+    its event time and so its date, and counts once)."""
+    order = Window.partitionBy("event_date", "event_id").orderBy(*ARRIVAL_ORDER)
+    return events.withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n")
+
+
+def within_horizon(settings: Settings, d: date) -> Column:
+    """True for records of date `d` that reached the broker within the correction horizon."""
+    return F.col("kafka_timestamp") <= F.lit(settings.applicable_cutoff(d))
+
+
+def events_for_date(events: DataFrame, settings: Settings, d: date) -> DataFrame:
+    """Valid events of `d` that count: within the horizon, first copy of each event_id."""
+    in_date = events.where(F.col("event_date") == F.lit(d))
+    return dedup_first(in_date.where(within_horizon(settings, d)))
