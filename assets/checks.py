@@ -1,6 +1,7 @@
 """Great Expectations as Dagster asset checks."""
 
 
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from dagster import (
@@ -15,9 +16,10 @@ from pyspark.sql import functions as F
 from assets.daily import partition_dates
 from assets.resources import LakehouseResource, SparkResource
 from expectations.reconciliation import check_equal, fast_path_gap
-from spark_jobs.corrections import gold_bronze_version
-from spark_jobs.replay import missing_offsets, replayed_in_run
-from spark_jobs.tables import LATE, RECONCILED, REPLAY, STREAMING, read_table
+from lakehouse.kafka_admin import topic_offsets
+from spark_jobs.corrections import latest_state
+from spark_jobs.replay import latest_replay, missing_offsets
+from spark_jobs.tables import LATE, RECONCILED, REPLAY, STREAMING, bronze_position, read_table
 
 
 def _for_date(session, settings, table, d):
@@ -35,24 +37,58 @@ def reconciled_equals_replay(context: AssetCheckExecutionContext, lakehouse: Lak
 
 
 def prove_dates(session, settings, dates) -> AssetCheckResult:
-    """The reconciliation verdict for `dates` (the body of the blocking check)."""
-    verdicts, missing, positions = [], {}, {}
+    """The reconciliation verdict for `dates` (the body of the blocking check). A date passes
+    only when gold and the replay were computed from the same log position, the retained log
+    holds every record of the date, there is data, and the rows are equal."""
+    verdicts, incomplete, positions, unpinned, no_data = [], {}, {}, [], []
+    offsets = topic_offsets(settings)
+    now = datetime.now(UTC)
     for d in dates:
-        # Which log prefix each side was computed from (bronze versions; see replay.py).
-        positions[d.isoformat()] = {
-            "reconciled_from_bronze_version": gold_bronze_version(session, settings, d),
-            "replay_up_to_bronze_version": replayed_in_run(session, settings, d, None),
+        key = d.isoformat()
+        state = latest_state(session, settings, d)
+        replay = latest_replay(session, settings, d)
+        gold_v = state.bronze_version if state is not None else None
+        replay_v = replay.bronze_version if replay is not None else None
+        position = bronze_position(session, settings, replay_v) if replay_v is not None else None
+        positions[key] = {
+            "reconciled_from_bronze_version": gold_v,
+            "reconciled_by_run": state.run_id if state is not None else None,
+            "replay_up_to_bronze_version": replay_v,
+            "replayed_by_run": replay.run_id if replay is not None else None,
+            # How old the proven prefix is: a stalled stream must not keep proving an old one.
+            "position_committed_at": position.committed_at.isoformat()
+            if position and position.committed_at else None,
+            "position_age_s": round((now - position.committed_at).total_seconds(), 1)
+            if position and position.committed_at else None,
+            "records_after_position": sum(
+                max(0, p.latest - position.end_offsets.get(p.partition, 0)) for p in offsets)
+            if position else None,
         }
+        if gold_v is None or replay_v is None or gold_v != replay_v:
+            unpinned.append(key)
         # A replay of a log that retention has cut proves nothing: fail with the lost offsets.
-        if gone := missing_offsets(session, settings, d):
-            missing[d.isoformat()] = {str(p): f"[{lo}, {hi})" for p, (lo, hi) in gone.items()}
+        if gone := missing_offsets(session, settings, d, offsets, position):
+            incomplete[key] = gone.as_metadata()
         gold = _for_date(session, settings, RECONCILED, d)
-        verdicts.append(check_equal(gold, _for_date(session, settings, REPLAY, d), d))
+        verdict = check_equal(gold, _for_date(session, settings, REPLAY, d), d)
+        if verdict.rows_compared == 0:
+            no_data.append(key)
+        verdicts.append(verdict)
     failing = [v for v in verdicts if not v.success]
+    reasons = [
+        *([f"no data on either side for {', '.join(no_data)}"] if no_data else []),
+        *([f"gold and replay computed from different log positions for {', '.join(unpinned)} "
+           "(see log_positions; reconcile_dates computes both from one position)"]
+          if unpinned else []),
+        *([f"the retained log cannot prove {', '.join(incomplete)}"] if incomplete else []),
+        *([f"rows differ for {', '.join(v.event_date for v in failing)}"] if failing else []),
+    ]
     return AssetCheckResult(
-        passed=not failing and not missing,
+        passed=not reasons,
+        description="; ".join(reasons) if reasons else "reconciled == replay, row by row",
         metadata={
-            "offsets_deleted_by_retention": MetadataValue.json(missing),
+            "incomplete": MetadataValue.json(incomplete),
+            "no_data_dates": MetadataValue.json(no_data),
             "dates": [v.event_date for v in verdicts],
             "rows_compared": sum(v.rows_compared for v in verdicts),
             "failed_expectations": MetadataValue.json(

@@ -19,11 +19,16 @@ from dagster import (
     multi_asset,
 )
 
+from assets.log_position import version_for
 from assets.partitions import daily_event_dates
-from assets.resources import LakehouseResource, SparkResource
-from spark_jobs.corrections import gold_bronze_version, run_corrections
+from assets.resources import LakehouseResource, LogPositionResource, SparkResource
+from spark_jobs.corrections import run_corrections
 from spark_jobs.replay import ReplayIncomplete, replayed_in_run, run_replay
 from spark_jobs.tables import CORRECTIONS, RECONCILED, REPLAY
+
+# Corrections and replays of the daily tables run one at a time (instance pool limit 1): two
+# runs correcting one date would race their MERGEs (a per-date lock also guards local roots).
+DAILY_POOL = "lakehouse_daily"
 
 
 def partition_dates(context: AssetExecutionContext) -> list[date]:
@@ -31,17 +36,12 @@ def partition_dates(context: AssetExecutionContext) -> list[date]:
     return [date.fromisoformat(k) for k in context.partition_keys]
 
 
-def assets_in_run(context: AssetExecutionContext) -> set[str]:
-    """Every asset this run materializes (not only this op's)."""
-    keys = context.run.asset_selection or context.job_def.asset_layer.selected_asset_keys
-    return {k.to_user_string() for k in keys}
-
-
 class CorrectionsConfig(Config):
     reprocess: bool = False
     """Rebuild the dates from replay_aggregates (after a bug fix or a changed window size)
     instead of applying bronze changes; every changed window becomes a `reprocess` correction.
-    Select replay_aggregates in the same run so the replay is fresh."""
+    The state records the bronze version of the replay it published (the job reprocess_dates
+    replays first, in the same run)."""
 
 
 PER_DATE_SCHEMA = TableSchema(columns=[
@@ -68,33 +68,29 @@ PER_DATE_SCHEMA = TableSchema(columns=[
     ],
     partitions_def=daily_event_dates,
     backfill_policy=BackfillPolicy.single_run(),
-    can_subset=True,
+    pool=DAILY_POOL,
 )
 def corrections(context: AssetExecutionContext, config: CorrectionsConfig,
-                lakehouse: LakehouseResource, spark: SparkResource):
-    """One corrections pass per date writes both tables (the changelog first), so selecting
-    either asset runs the same idempotent job."""
+                lakehouse: LakehouseResource, spark: SparkResource,
+                log_position: LogPositionResource):
+    """One corrections pass per date writes both tables (the changelog first); the two assets
+    are one step (no subsetting). Input: bronze at the run's log position (`log_position`), the
+    same one a replay of the run reads up to; a reprocess publishes the date's replay and takes
+    that replay's position."""
     settings = lakehouse.settings
     t0 = time.monotonic()
     run_id = context.run.run_id
 
-    replays = "replay_aggregates" in assets_in_run(context)
-
     def as_of(d: date) -> int | None:
-        # A replay of the date earlier in this run fixes the bronze version to compute from, so
-        # the blocking check compares both on the same log prefix. A reprocess without one uses
-        # the latest replay (its rows are what a reprocess publishes).
-        version = replayed_in_run(spark.session, settings, d, run_id) if replays else None
-        if version is None and config.reprocess:
-            version = replayed_in_run(spark.session, settings, d, None)
-        return version
+        if config.reprocess:
+            return replayed_in_run(spark.session, settings, d, None)
+        return version_for(context, log_position, spark, settings, d)
 
     results = [
         run_corrections(spark.session, settings, d, run_id=run_id, reprocess=config.reprocess,
                         as_of=as_of(d)).as_metadata()
         for d in partition_dates(context)
     ]
-    selected = {k.to_user_string() for k in context.selected_asset_keys}
     per_date = MetadataValue.table(
         records=[TableRecord({c.name: r[c.name] if r[c.name] is not None else "" for c in
                               PER_DATE_SCHEMA.columns}) for r in results],
@@ -103,62 +99,57 @@ def corrections(context: AssetExecutionContext, config: CorrectionsConfig,
     totals = {k: sum(r[k] for r in results) for k in
               ("windows", "windows_recomputed", "inserted", "corrected", "removed", "finalized",
                "beyond_horizon", "late_events")}
-    if "late_corrections" in selected:
-        yield MaterializeResult(asset_key="late_corrections", metadata={
-            "corrections": totals["corrected"],
-            "beyond_horizon_not_applied": totals["beyond_horizon"],
-            "late_events": totals["late_events"],
-            "per_date": per_date,
-            "path": MetadataValue.path(settings.table_path(CORRECTIONS.name)),
-        })
-    if "reconciled_aggregates" in selected:
-        yield MaterializeResult(asset_key="reconciled_aggregates", metadata={
-            **{(k if k.startswith("windows") else f"windows_{k}"): v
-               for k, v in totals.items() if k != "late_events"},
-            "modes": MetadataValue.json({r["event_date"]: f"{r['mode']}: {r['reason']}"
-                                         for r in results}),
-            "seconds_by_stage": MetadataValue.json({r["event_date"]: r["seconds"]
-                                                    for r in results}),
-            "watermark": results[-1]["watermark"] if results else None,
-            "duration_s": round(time.monotonic() - t0, 2),
-            "per_date": per_date,
-            "path": MetadataValue.path(settings.table_path(RECONCILED.name)),
-        })
+    yield MaterializeResult(asset_key="late_corrections", metadata={
+        "corrections": totals["corrected"],
+        "beyond_horizon_not_applied": totals["beyond_horizon"],
+        "late_events": totals["late_events"],
+        "per_date": per_date,
+        "path": MetadataValue.path(settings.table_path(CORRECTIONS.name)),
+    })
+    yield MaterializeResult(asset_key="reconciled_aggregates", metadata={
+        **{(k if k.startswith("windows") else f"windows_{k}"): v
+           for k, v in totals.items() if k != "late_events"},
+        "bronze_versions": MetadataValue.json({r["event_date"]: r["bronze_version"]
+                                               for r in results}),
+        "modes": MetadataValue.json({r["event_date"]: f"{r['mode']}: {r['reason']}"
+                                     for r in results}),
+        "seconds_by_stage": MetadataValue.json({r["event_date"]: r["seconds"]
+                                                for r in results}),
+        "watermark": results[-1]["watermark"] if results else None,
+        "duration_s": round(time.monotonic() - t0, 2),
+        "per_date": per_date,
+        "path": MetadataValue.path(settings.table_path(RECONCILED.name)),
+    })
 
 
 @asset(key="replay_aggregates", deps=["raw_events"], group_name="reconcile",
        kinds={"spark", "kafka", "delta"}, partitions_def=daily_event_dates,
-       backfill_policy=BackfillPolicy.single_run(),
+       backfill_policy=BackfillPolicy.single_run(), pool=DAILY_POOL,
        description="Batch recomputation of the date straight from the Kafka log (not from "
-                   "bronze, not from stream state).")
+                   "bronze, not from stream state), up to the run's log position.")
 def replay_aggregates(context: AssetExecutionContext, lakehouse: LakehouseResource,
-                      spark: SparkResource) -> MaterializeResult:
+                      spark: SparkResource, log_position: LogPositionResource
+                      ) -> MaterializeResult:
+    """Reads the log up to the Kafka offsets stamped on the run's bronze version
+    (`log_position`), the same input the run's corrections compute from."""
     settings = lakehouse.settings
     session = spark.session
-    # With corrections later in this run: the newest log position (they compute from the same
-    # one). Alone (verification): the position the date's gold rows were computed from, or the
-    # log end for a date never corrected.
-    corrects = bool(assets_in_run(context) & {"reconciled_aggregates", "late_corrections"})
     run_id = context.run.run_id
-
-    def replay(d: date):
-        if corrects:
-            return run_replay(session, settings, d, run_id=run_id)
-        gold = gold_bronze_version(session, settings, d)
-        return run_replay(session, settings, d, as_of=gold, run_id=run_id, to_log_end=gold is None)
-
     try:
-        results = [replay(d).as_metadata() for d in partition_dates(context)]
+        results = [
+            run_replay(session, settings, d,
+                       as_of=version_for(context, log_position, spark, settings, d),
+                       run_id=run_id).as_metadata()
+            for d in partition_dates(context)
+        ]
     except ReplayIncomplete as exc:
-        raise Failure(description=str(exc), metadata={
-            "event_date": exc.event_date.isoformat(),
-            "missing_offsets": MetadataValue.json(
-                {str(p): {"first_missing": lo, "log_start": hi} for p, (lo, hi) in exc.missing.items()}),
-        }) from exc
+        raise Failure(description=str(exc), metadata=exc.as_metadata()) from exc
     return MaterializeResult(metadata={
         "windows": sum(r["windows"] for r in results),
         "events": sum(r["events"] for r in results),
         "records_read": sum(r["records_read"] for r in results),
+        "bronze_versions": MetadataValue.json({r["event_date"]: r["as_of_bronze_version"]
+                                               for r in results}),
         "per_date": MetadataValue.json(results),
         "path": MetadataValue.path(settings.table_path(REPLAY.name)),
     })

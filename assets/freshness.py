@@ -1,17 +1,12 @@
 """Freshness checks with thresholds from settings: the fast path must have been caught up within
 STREAM_FRESHNESS; each day's reconciled partition must exist by RECONCILED_DEADLINE_CRON (UTC)
-of the next day. A sensor evaluates them (running by default)."""
+of the next day. `orchestration.sensors` evaluates them (running by default)."""
 
-from dagster import (
-    DefaultSensorStatus,
-    build_last_update_freshness_checks,
-    build_sensor_for_freshness_checks,
-    build_time_partition_freshness_checks,
-)
+from dagster import build_last_update_freshness_checks, build_time_partition_freshness_checks
 
-from lakehouse.settings import Settings
+from assets.resources import DEFAULT_LAKEHOUSE
 
-settings = Settings.from_env()
+settings = DEFAULT_LAKEHOUSE.settings
 
 freshness_checks = [
     *build_last_update_freshness_checks(
@@ -20,7 +15,3 @@ freshness_checks = [
         assets=["reconciled_aggregates"], deadline_cron=settings.reconciled_deadline_cron,
         timezone="UTC"),
 ]
-
-freshness_sensor = build_sensor_for_freshness_checks(
-    freshness_checks=freshness_checks, name="freshness_checks_sensor",
-    default_status=DefaultSensorStatus.RUNNING)

@@ -2,10 +2,10 @@
 
 from dagster import DailyPartitionsDefinition
 
-from lakehouse.settings import Settings
+from assets.resources import DEFAULT_LAKEHOUSE
 
 daily_event_dates = DailyPartitionsDefinition(
-    start_date=Settings.from_env().partitions_start_date.isoformat(),
+    start_date=DEFAULT_LAKEHOUSE.settings.partitions_start_date.isoformat(),
     timezone="UTC",
     end_offset=1,  # today's date is a partition too: its windows are published as they close
 )

@@ -1,11 +1,21 @@
-"""Dagster resources: the pipeline's settings and one SparkSession per run process."""
+"""Dagster resources: the pipeline's settings, the Spark session and the run's log position.
 
+`DEFAULT_LAKEHOUSE` is the one place definitions read settings from: the partitions, schedule
+crons and freshness thresholds are built from its settings when the code location loads, and
+`orchestration.definitions` binds the same object as the `lakehouse` resource that assets,
+schedules and sensors receive. Its fields can be overridden per run (launchpad, run config);
+such overrides change where a run reads and writes, never the definitions themselves.
+"""
+
+from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from dagster import ConfigurableResource
-from pydantic import PrivateAttr
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field, PrivateAttr
 from pyspark.sql import SparkSession
 
 from lakehouse.settings import Settings
@@ -29,17 +39,50 @@ class LakehouseResource(ConfigurableResource):
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
 
-class SparkResource(ConfigurableResource):
-    """Creates the session on first use, so runs that need no Spark start no JVM. With the
-    in-process executor every step of a run shares it."""
+DEFAULT_LAKEHOUSE = LakehouseResource()
+
+
+class SparkResource(LazyPySparkResource):
+    """dagster-pyspark's lazy session resource, configured from the settings: the session starts
+    on first use (runs that need no Spark start no JVM) and, with the in-process executor, every
+    step of a run shares it. `spark_config` (shown and editable in the launchpad) is applied on
+    top of the settings' configuration: executor memory, credentials, any `spark.*` key."""
 
     lakehouse: LakehouseResource
+    spark_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra Spark settings for the run, on top of the pipeline's own "
+                    "(spark_jobs.session.spark_conf).")
     _session: SparkSession | None = PrivateAttr(default=None)
 
     @property
-    def session(self) -> SparkSession:
+    def spark_session(self) -> SparkSession:
         if self._session is None:
             from spark_jobs.session import get_spark
 
-            self._session = get_spark(self.lakehouse.settings)
+            self._session = get_spark(self.lakehouse.settings, extra=self.spark_config)
         return self._session
+
+    @property
+    def session(self) -> SparkSession:
+        return self.spark_session
+
+
+class LogPositionResource(ConfigurableResource):
+    """Which prefix of the Kafka log the daily assets of a run compute from (one resolution per
+    run; every daily asset of the run reads it, whatever else the run selects).
+
+    - default: the newest bronze version when the run first needs it, pinned for the rest of
+      the run and recorded as the run tag `lakehouse/bronze_version`;
+    - `bronze_version`: exactly that bronze version (reproduce an earlier run);
+    - `as_published`: per date, the version the date's published gold rows were computed from
+      (verification of what is published, without touching gold); a date never corrected uses
+      the run's pinned newest version.
+    The bronze version stands for a Kafka position: the end offsets stamped on that bronze
+    commit (`spark_jobs.tables.bronze_position`)."""
+
+    bronze_version: int | None = Field(
+        default=None, description="Compute from exactly this bronze version (default: newest).")
+    as_published: bool = Field(
+        default=False, description="Per date, the bronze version its gold rows were computed "
+                                   "from (verify what is published).")

@@ -8,21 +8,26 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 from dagster import Definitions, in_process_executor, load_assets_from_modules  # noqa: E402
 
 from assets import checks, daily, observe, streaming  # noqa: E402
-from assets.freshness import freshness_checks, freshness_sensor  # noqa: E402
-from assets.resources import LakehouseResource, SparkResource  # noqa: E402
+from assets.freshness import freshness_checks  # noqa: E402
+from assets.resources import DEFAULT_LAKEHOUSE, LogPositionResource, SparkResource  # noqa: E402
 from orchestration.jobs import all_jobs  # noqa: E402
 from orchestration.schedules import all_schedules  # noqa: E402
 from orchestration.sensors import all_sensors  # noqa: E402
 
-lakehouse = LakehouseResource()
+# The settings the partitions, crons and freshness checks were built from, bound as the resource.
+lakehouse = DEFAULT_LAKEHOUSE
 
 defs = Definitions(
     assets=load_assets_from_modules([streaming, daily, observe]),
     asset_checks=[checks.reconciled_equals_replay, checks.fast_path_vs_replay, *freshness_checks],
     jobs=all_jobs,
     schedules=all_schedules,
-    sensors=[*all_sensors, freshness_sensor],
-    resources={"lakehouse": lakehouse, "spark": SparkResource(lakehouse=lakehouse)},
+    sensors=all_sensors,
+    resources={
+        "lakehouse": lakehouse,
+        "spark": SparkResource(lakehouse=lakehouse),
+        "log_position": LogPositionResource(),
+    },
     # Spark runs in one process per run: steps share the session instead of each starting a JVM.
     executor=in_process_executor,
 )

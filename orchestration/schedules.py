@@ -23,11 +23,11 @@ from dagster import (
 )
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from lakehouse.settings import Settings
+from assets.resources import DEFAULT_LAKEHOUSE, LakehouseResource
 from lakehouse.table_reads import bronze_dates
 from orchestration.jobs import correct_job, stream_catch_up_job, timeline_job, verify_job
 
-settings = Settings.from_env()
+settings = DEFAULT_LAKEHOUSE.settings  # crons: fixed when the code location loads
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
           DagsterRunStatus.STARTED]
 
@@ -59,8 +59,8 @@ def date_range_request(dates: list[date], run_key: str | None = None) -> RunRequ
 @schedule(cron_schedule=settings.corrections_cron, job=correct_job, execution_timezone="UTC",
           default_status=DefaultScheduleStatus.RUNNING,
           description="Corrections for the dates within the correction horizon, in one run.")
-def corrections_schedule(context: ScheduleEvaluationContext):
-    s = Settings.from_env()
+def corrections_schedule(context: ScheduleEvaluationContext, lakehouse: LakehouseResource):
+    s = lakehouse.settings
     today = tick_date(context)
     recent = {today - timedelta(days=n) for n in range(s.recent_dates)}
     dates = sorted(d for d in bronze_dates(s) if d in recent and d >= s.partitions_start_date)

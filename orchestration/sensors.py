@@ -7,6 +7,9 @@
   added since the last tick), not its rows. Nothing new, nothing requested.
 - `topic_observation_sensor`: records an observation of `raw_events` (offsets, lag, rate,
   retention) every minute without launching a run.
+- `freshness_checks_sensor`: evaluates the freshness checks of `assets.freshness`.
+
+Sensors receive the `lakehouse` resource, so they read the same settings as the assets.
 """
 
 from datetime import UTC, date, datetime
@@ -19,10 +22,13 @@ from dagster import (
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
+    build_sensor_for_freshness_checks,
     sensor,
 )
 
+from assets.freshness import freshness_checks
 from assets.observations import topic_metadata
+from assets.resources import LakehouseResource
 from lakehouse.settings import Settings
 from orchestration.jobs import correct_job
 
@@ -65,10 +71,10 @@ def _partition_by_file(table) -> dict[str, str]:
 
 @sensor(job=correct_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING,
         description="Corrections for the dates that received new late events.")
-def late_data_sensor(context: SensorEvaluationContext):
+def late_data_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
     """Cursor: `v<version>` of `late_events` last looked at (any other cursor, such as the
     older timestamp form, starts over: corrections are idempotent)."""
-    settings = Settings.from_env()
+    settings = lakehouse.settings
     cursor = context.cursor or ""
     after = int(cursor[1:]) if cursor.startswith("v") and cursor[1:].isdigit() else None
     dates, current = new_late_dates(settings, after, datetime.now(UTC))
@@ -84,9 +90,13 @@ def late_data_sensor(context: SensorEvaluationContext):
 
 @sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING,
         description="Observe the topic: offsets, the stream's lag, append rate, retention.")
-def topic_observation_sensor(context: SensorEvaluationContext):
-    metadata = topic_metadata(Settings.from_env())
+def topic_observation_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
+    metadata = topic_metadata(lakehouse.settings)
     return SensorResult(asset_events=[AssetObservation(asset_key="raw_events", metadata=metadata)])
 
 
-all_sensors = [late_data_sensor, topic_observation_sensor]
+freshness_sensor = build_sensor_for_freshness_checks(
+    freshness_checks=freshness_checks, name="freshness_checks_sensor",
+    default_status=DefaultSensorStatus.RUNNING)
+
+all_sensors = [late_data_sensor, topic_observation_sensor, freshness_sensor]

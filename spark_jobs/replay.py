@@ -6,16 +6,15 @@ events of date D are those appended in [D start - future skew, D end + correctio
 (capped at now): an event of D appended earlier would be more than the allowed skew in the
 future (quarantined), and one appended later is beyond the horizon (not applied).
 
-The replay reads the same log prefix as the gold rows it is compared with: up to the Kafka
-position stamped on a bronze version (`tables.bronze_position`): the version the date's last
-corrections run used (verification), or the newest one when corrections follow in the same run
-(which then compute from that same version). A date never corrected is replayed to the log
-end. Records the stream has not ingested yet are left for the next run instead of failing the
-proof.
+The replay reads the log up to a position: the Kafka end offsets stamped on a bronze version
+(`tables.bronze_position`), the run's log position that corrections compute from too, so both
+sides of the proof cover the same input. Records the stream has not ingested yet are left for
+the next run instead of failing the proof.
 
-If retention already deleted records the pipeline saw for D (bronze holds offsets of D below a
-partition's log start offset), the replay raises `ReplayIncomplete` naming the missing offsets:
-it never publishes a partial replay.
+If the retained log may not hold every record of D (retention deleted records the pipeline
+ingested, or cut the log after D could begin, or a partition was never read by the stream), the
+replay raises `ReplayIncomplete` naming the missing offsets and since when: it never publishes a
+partial replay.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from pyspark.sql import functions as F
 from lakehouse.kafka_admin import PartitionOffsets, offsets_for_time, topic_offsets
 from lakehouse.settings import Settings, day_bounds
 from spark_jobs.counting import events_for_date
+from spark_jobs.lock import date_lock
 from spark_jobs.parse import parsed_events
 from spark_jobs.tables import (
     BRONZE,
@@ -46,16 +46,35 @@ from spark_jobs.windows import aggregate_windows
 
 
 class ReplayIncomplete(RuntimeError):
-    """The retained log no longer holds every record of the date."""
+    """The retained log may no longer hold every record of the date: the date cannot be proven.
 
-    def __init__(self, d: date, missing: dict[int, tuple[int, int]]):
+    `missing`: partition -> (first offset that may be missing, log start offset), with `why` per
+    partition: records the pipeline ingested were deleted by retention, or retention cut the log
+    after the date's first possible append time (a fresh instance on a cut topic sees the same
+    truncated log on both sides, which proves nothing), or the stream never read the partition.
+    """
+
+    def __init__(self, d: date, missing: dict[int, tuple[int, int]],
+                 why: dict[int, str] | None = None, since: datetime | None = None):
         self.event_date = d
         self.missing = missing
-        ranges = ", ".join(f"partition {p}: offsets {lo}..{hi - 1}" for p, (lo, hi) in missing.items())
+        self.why = why or {p: "deleted by retention after ingestion" for p in missing}
+        self.since = since
+        ranges = ", ".join(f"partition {p}: offsets {lo}..{hi - 1} ({self.why[p]})"
+                           for p, (lo, hi) in sorted(missing.items()))
+        span = f" records appended since {since.isoformat()} may be missing;" if since else ""
         super().__init__(
-            f"replay of {d} is incomplete: retention deleted records the pipeline ingested "
-            f"({ranges}); the date cannot be proven against the log"
+            f"replay of {d} is incomplete:{span} {ranges}; the date cannot be proven against "
+            "the log"
         )
+
+    def as_metadata(self) -> dict:
+        return {
+            "event_date": self.event_date.isoformat(),
+            "missing_offsets": {str(p): {"first_missing": lo, "log_start": hi, "why": self.why[p]}
+                                for p, (lo, hi) in sorted(self.missing.items())},
+            "missing_since": self.since.isoformat() if self.since else None,
+        }
 
 
 @dataclass
@@ -67,7 +86,7 @@ class ReplayResult:
     quarantined: int = 0
     windows: int = 0
     read_until: datetime | None = None
-    bronze_version: int | None = None  # the position's version; None: read to the log end
+    bronze_version: int | None = None  # the bronze version whose log position capped the read
 
     def as_metadata(self) -> dict:
         return {
@@ -104,10 +123,33 @@ def offset_ranges(settings: Settings, d: date, position: LogPosition | None = No
 
 
 def missing_offsets(spark: SparkSession, settings: Settings, d: date,
-                    offsets: list[PartitionOffsets] | None = None) -> dict[int, tuple[int, int]]:
-    """Offsets of `d` seen in bronze that the log no longer retains, per partition."""
+                    offsets: list[PartitionOffsets] | None = None,
+                    position: LogPosition | None = None) -> ReplayIncomplete | None:
+    """Why the retained log cannot prove `d`, per partition (None: it can). Partitions come from
+    the topic's metadata, not from what bronze saw:
+
+    - bronze holds offsets of `d` below the partition's log start (deleted after ingestion);
+    - the log start is above 0 and no retained record was appended before the date's first
+      possible append time (its start minus FUTURE_SKEW): deleted records may belong to `d`;
+    - `position` (the stream's offsets) lacks a partition that has records in the date's range.
+    """
     offsets = offsets if offsets is not None else topic_offsets(settings)
+    if not offsets:
+        return None
     log_start = {p.partition: p.earliest for p in offsets}
+    first_possible = day_bounds(d)[0] - settings.future_skew
+    missing: dict[int, tuple[int, int]] = {}
+    why: dict[int, str] = {}
+    cut = [p for p in offsets if p.earliest > 0]
+    if cut:
+        at = offsets_for_time(settings, int(first_possible.timestamp() * 1000), known=offsets)
+        for p in cut:
+            # The first retained record was appended at or after that time, so deleted ones may
+            # have been too. (A partition retention emptied entirely gives no time to judge by.)
+            if p.latest > p.earliest and at[p.partition] == p.earliest:
+                missing[p.partition] = (0, p.earliest)
+                why[p.partition] = ("retention cut the log after the date's first possible "
+                                    f"append time {first_possible.isoformat()}")
     seen = (
         read_table(spark, settings, BRONZE)
         .where((F.col("event_date") == F.lit(d)) & (F.col("topic") == settings.events_topic))
@@ -115,29 +157,39 @@ def missing_offsets(spark: SparkSession, settings: Settings, d: date,
         .agg(F.min("offset").alias("lo"))
         .collect()
     )
-    return {
-        r.partition: (r.lo, log_start[r.partition])
-        for r in seen
-        if r.partition in log_start and r.lo < log_start[r.partition]
-    }
+    for r in seen:
+        if r.partition in log_start and r.lo < log_start[r.partition]:
+            missing[r.partition] = (r.lo, log_start[r.partition])
+            why[r.partition] = "deleted by retention after ingestion"
+    if position is not None:
+        ranges, _ = offset_ranges(settings, d, None, offsets)
+        for p, (lo, hi) in ranges.items():
+            if p not in position.end_offsets and hi > lo and p not in missing:
+                missing[p] = (lo, lo)
+                why[p] = "the stream has not read this partition"
+    if not missing:
+        return None
+    return ReplayIncomplete(d, missing, why, first_possible)
 
 
 def run_replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None = None,
-               run_id: str = "", to_log_end: bool = False) -> ReplayResult:
-    """Replay `d` up to the log position of bronze version `as_of` (None: the newest), or
-    everything retained (`to_log_end`: nothing to compare with yet)."""
+               run_id: str = "") -> ReplayResult:
+    """Replay `d` up to the log position of bronze version `as_of` (None: the newest). Refuses
+    (ReplayIncomplete) when the retained log may not hold every record of the date."""
+    with date_lock(settings, d):
+        return _replay(spark, settings, d, as_of, run_id)
+
+
+def _replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None,
+            run_id: str) -> ReplayResult:
     ensure_tables(spark, settings)
     offsets = topic_offsets(settings)  # one broker round trip for the check and the ranges
-    missing = missing_offsets(spark, settings, d, offsets)
-    if missing:
-        raise ReplayIncomplete(d, missing)
-    position = None
-    if not to_log_end:
-        version = as_of if as_of is not None else table_version(spark, settings, BRONZE)
-        position = bronze_position(spark, settings, version)
+    version = as_of if as_of is not None else table_version(spark, settings, BRONZE)
+    position = bronze_position(spark, settings, version)
+    if incomplete := missing_offsets(spark, settings, d, offsets, position):
+        raise incomplete
     ranges, until = offset_ranges(settings, d, position, offsets)
-    result = ReplayResult(d, ranges=ranges, read_until=until,
-                          bronze_version=position.version if position else None)
+    result = ReplayResult(d, ranges=ranges, read_until=until, bronze_version=version)
     read = {p: r for p, r in ranges.items() if r[1] > r[0]}
     if read:
         topic = settings.events_topic
@@ -161,7 +213,7 @@ def run_replay(spark: SparkSession, settings: Settings, d: date, as_of: int | No
     written = read_table(spark, settings, REPLAY).where(F.col("event_date") == F.lit(d))
     agg = written.agg(F.count("*").alias("w"), F.sum("event_count").alias("e")).first()
     result.windows, result.events = agg.w, int(agg.e or 0)
-    row = (d, result.bronze_version, run_id, datetime.now(UTC))
+    row = (d, version, run_id, datetime.now(UTC))
     # The declared schema, not the table's: a table created by an older release with more
     # (nullable) columns still takes the row.
     spark.createDataFrame([row], REPLAY_STATE.ddl).write.format(
@@ -169,12 +221,19 @@ def run_replay(spark: SparkSession, settings: Settings, d: date, as_of: int | No
     return result
 
 
+def latest_replay(spark: SparkSession, settings: Settings, d: date, run_id: str | None = None):
+    """The newest `replay_state` row of `d` (of run `run_id` if given): bronze_version, run_id,
+    replayed_at; None when there is none. Replays of a date are serialized (`date_lock`), so
+    the newest row describes the rows now in replay_aggregates."""
+    match = {"run_id": run_id} if run_id is not None else {}
+    return latest_row(spark, settings, REPLAY_STATE, d, "replayed_at", **match)
+
+
 def replayed_in_run(spark: SparkSession, settings: Settings, d: date,
                     run_id: str | None) -> int | None:
     """The bronze version the replay of `d` in run `run_id` (None: the latest replay) read up
-    to (None: no such replay, or it read to the log end)."""
-    match = {"run_id": run_id} if run_id is not None else {}
-    row = latest_row(spark, settings, REPLAY_STATE, d, "replayed_at", **match)
+    to (None: no such replay)."""
+    row = latest_replay(spark, settings, d, run_id)
     return row.bronze_version if row else None
 
 

@@ -55,10 +55,11 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     }
 
 
-def get_spark(settings: Settings) -> SparkSession:
-    """Create (or return the running) session configured for `settings`."""
+def get_spark(settings: Settings, extra: dict | None = None) -> SparkSession:
+    """Create (or return the running) session configured for `settings`, plus `extra` keys
+    (the Dagster resource's `spark_config`)."""
     builder = SparkSession.builder
-    for key, value in spark_conf(settings).items():
+    for key, value in {**spark_conf(settings), **(extra or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
@@ -140,14 +141,14 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         builder.execute()
 
 
-def latest_row(spark: SparkSession, settings: Settings, table: Table, d, order_by: str,
+def latest_row(spark: SparkSession, settings: Settings, table: Table, d, *order_by: str,
                **equal):
-    """Newest row (by `order_by`) of event date `d` in an append-only state table, optionally
-    also matching column == value for each keyword; None when there is none."""
+    """Newest row (by the `order_by` columns, descending) of event date `d` in an append-only
+    state table, optionally also matching column == value for each keyword; None when none."""
     rows = read_table(spark, settings, table).where(F.col("event_date") == F.lit(d))
     for column, value in equal.items():
         rows = rows.where(F.col(column) == F.lit(value))
-    return rows.orderBy(F.col(order_by).desc()).first()
+    return rows.orderBy(*[F.col(c).desc() for c in order_by]).first()
 
 
 def read_table(spark: SparkSession, settings: Settings, table: Table, version: int | None = None):
@@ -214,6 +215,7 @@ class LogPosition:
 
     version: int
     end_offsets: dict[int, int]
+    committed_at: datetime | None = None  # UTC time of the stream commit that stamped it
 
 
 def bronze_position(spark: SparkSession, settings: Settings, version: int) -> LogPosition | None:
@@ -225,11 +227,13 @@ def bronze_position(spark: SparkSession, settings: Settings, version: int) -> Lo
     history = (
         DeltaTable.forPath(spark, settings.table_path(BRONZE.name)).history(depth)
         .where(f"version <= {int(version)}")
-        .select("version", "userMetadata").orderBy("version", ascending=False).collect()
+        .select("version", "userMetadata", F.unix_millis("timestamp").alias("ms"))
+        .orderBy("version", ascending=False).collect()
     )
     for row in history:
         meta = row.userMetadata or ""
         if meta.startswith(BRONZE_POSITION_TAG):
             offsets = json.loads(meta[len(BRONZE_POSITION_TAG):])
-            return LogPosition(version, {int(p): int(o) for p, o in offsets.items()})
+            return LogPosition(version, {int(p): int(o) for p, o in offsets.items()},
+                               datetime.fromtimestamp(row.ms / 1000, tz=UTC))
     return None

@@ -50,14 +50,15 @@ def kafka_bootstrap(tmp_path_factory) -> str:
 
 
 @contextmanager
-def pipeline_env(root: Path, bootstrap: str, prefix: str):
-    """Environment of an independent pipeline instance (own LAKEHOUSE_ROOT and topic) for a
-    module-scoped scenario; restores the environment afterwards. Yields its Settings."""
+def pipeline_env(root: Path, bootstrap: str, prefix: str, topic: str | None = None):
+    """Environment of an independent pipeline instance (own LAKEHOUSE_ROOT and, unless `topic`
+    is given, own topic) for a module-scoped scenario; restores the environment afterwards.
+    Yields its Settings."""
     from lakehouse.settings import Settings
 
     env = {
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-        "EVENTS_TOPIC": f"{prefix}-{uuid.uuid4().hex[:8]}",
+        "EVENTS_TOPIC": topic or f"{prefix}-{uuid.uuid4().hex[:8]}",
         "LAKEHOUSE_ROOT": str(root / "lakehouse"),
     }
     old = {k: os.environ.get(k) for k in env}
@@ -105,6 +106,26 @@ def spark(tmp_path_factory):
     yield session
     session.stop()
 
+
+
+def publish_instance(settings, cfg, chunks: int, instance):
+    """Produce `cfg`'s records in `chunks` arrival-ordered chunks with a stream catch-up after
+    each, then reconcile every event date. Returns (records, dates)."""
+    from lakehouse.generator import generate, produce
+
+    records = generate(cfg).records
+    step = -(-len(records) // chunks)
+    for i in range(chunks):
+        produce(settings, records[i * step:(i + 1) * step])
+        result, _ = run_job("stream_catch_up", instance)
+        assert result.success, f"catch-up {i} failed"
+    from lakehouse.table_reads import bronze_dates
+
+    dates = sorted(bronze_dates(settings))
+    for d in dates:
+        result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
+        assert result.success and all(c.passed for c in checks), f"reconcile {d} failed"
+    return records, dates
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,9 @@ from dagster._core.storage.dagster_run import DagsterRun
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from deltalake import write_deltalake
 
+from assets.resources import LakehouseResource
 from orchestration.definitions import defs
+from orchestration.jobs import verify_job
 from orchestration.schedules import corrections_schedule, stream_catch_up_schedule, verification_schedule
 from orchestration.sensors import late_data_sensor
 
@@ -27,9 +29,15 @@ TICK = datetime(2026, 11, 22, 3, 15, tzinfo=UTC)
 
 @pytest.fixture()
 def root(tmp_path, monkeypatch):
-    monkeypatch.setenv("LAKEHOUSE_ROOT", str(tmp_path))
+    """The lakehouse root the schedules and sensors are given through their `lakehouse`
+    resource; the environment points elsewhere, so reading it instead would find nothing."""
+    monkeypatch.setenv("LAKEHOUSE_ROOT", str(tmp_path / "not-here"))
     monkeypatch.setenv("CORRECTION_HORIZON", "7 days")
     return tmp_path
+
+
+def resources(root) -> dict:
+    return {"lakehouse": LakehouseResource(lakehouse_root=str(root))}
 
 
 def write_bronze_dates(root, dates):
@@ -56,7 +64,7 @@ def test_catch_up_schedule_requests_a_run_unless_one_is_queued_or_running(root):
 
 
 def test_corrections_schedule_covers_dates_with_data_within_the_horizon_in_one_run(root):
-    context = build_schedule_context(scheduled_execution_time=TICK)
+    context = build_schedule_context(scheduled_execution_time=TICK, resources=resources(root))
     assert isinstance(corrections_schedule(context), SkipReason)  # no data at all
     write_bronze_dates(root, [date(2026, 11, 10), date(2026, 11, 16), date(2026, 11, 21),
                               date(2026, 11, 22)])
@@ -68,7 +76,8 @@ def test_corrections_schedule_covers_dates_with_data_within_the_horizon_in_one_r
 
 def test_corrections_schedule_with_one_recent_date_requests_that_partition(root):
     write_bronze_dates(root, [date(2026, 11, 1), date(2026, 11, 21)])
-    request = corrections_schedule(build_schedule_context(scheduled_execution_time=TICK))
+    request = corrections_schedule(build_schedule_context(scheduled_execution_time=TICK,
+                                                          resources=resources(root)))
     assert request.partition_key == "2026-11-21"
     assert ASSET_PARTITION_RANGE_START_TAG not in request.tags
 
@@ -76,7 +85,10 @@ def test_corrections_schedule_with_one_recent_date_requests_that_partition(root)
 def test_verification_schedule_replays_and_proves_yesterday(root):
     request = verification_schedule(build_schedule_context(scheduled_execution_time=TICK))
     assert request.partition_key == "2026-11-21"
-    assert defs.get_job_def("verify_dates") is not None
+    assert verification_schedule.job_name == "verify_dates"
+    # The job replays each date up to the position its published gold rows came from.
+    assert defs.resolve_job_def("verify_dates").partitions_def is not None
+    assert verify_job.config["resources"]["log_position"]["config"] == {"as_published": True}
 
 
 def test_late_data_sensor_requests_exactly_the_dates_with_new_late_events(root):
@@ -84,29 +96,30 @@ def test_late_data_sensor_requests_exactly_the_dates_with_new_late_events(root):
     now = datetime.now(UTC).replace(microsecond=0)
     today, yesterday, old = now.date(), now.date() - timedelta(days=1), now.date() - timedelta(days=30)
 
-    result = late_data_sensor(build_sensor_context(instance=instance))
+    result = late_data_sensor(build_sensor_context(instance=instance, resources=resources(root)))
     assert not result.run_requests  # no late_events table yet
 
     write_late(root, [(yesterday, now - timedelta(minutes=5)), (yesterday, now - timedelta(minutes=4)),
                       (today, now - timedelta(minutes=3)), (old, now - timedelta(minutes=2))])
-    result = late_data_sensor(build_sensor_context(instance=instance))
+    result = late_data_sensor(build_sensor_context(instance=instance, resources=resources(root)))
     requests = {r.partition_key: r.run_key for r in result.run_requests}
     assert set(requests) == {yesterday.isoformat(), today.isoformat()}  # `old` is beyond the horizon
     assert all(r.job_name in (None, "correct_dates") for r in result.run_requests)
     cursor = result.cursor
     assert cursor == "v0"  # the late_events version looked at
 
-    again = late_data_sensor(build_sensor_context(instance=instance, cursor=cursor))
+    again = late_data_sensor(build_sensor_context(instance=instance, cursor=cursor, resources=resources(root)))
     assert not again.run_requests and again.cursor == cursor  # nothing new, nothing requested
 
     write_late(root, [(today, now - timedelta(minutes=1))])
-    newer = late_data_sensor(build_sensor_context(instance=instance, cursor=cursor))
+    newer = late_data_sensor(build_sensor_context(instance=instance, cursor=cursor, resources=resources(root)))
     assert [r.partition_key for r in newer.run_requests] == [today.isoformat()]
     assert newer.run_requests[0].run_key != requests[today.isoformat()]  # a new key for new work
     assert newer.cursor == "v1"
 
     # A cursor from before (not a version) starts over: every date with late rows in the horizon.
-    legacy = late_data_sensor(build_sensor_context(instance=instance, cursor="1763780000000"))
+    legacy = late_data_sensor(build_sensor_context(instance=instance, cursor="1763780000000",
+                                                      resources=resources(root)))
     assert {r.partition_key for r in legacy.run_requests} == set(requests)
 
 
@@ -114,5 +127,6 @@ def test_timeline_schedule_requests_the_report_run(root):
     from orchestration.schedules import timeline_schedule
 
     data = timeline_schedule.evaluate_tick(build_schedule_context(scheduled_execution_time=TICK))
-    assert [r.job_name or timeline_schedule.job_name for r in data.run_requests] == ["report_timeline"]
+    assert len(data.run_requests) == 1 and data.run_requests[0].partition_key is None
+    assert timeline_schedule.job_name == "report_timeline"
     assert timeline_schedule.cron_schedule == "45 * * * *"

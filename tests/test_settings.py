@@ -1,3 +1,4 @@
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,7 +17,8 @@ def test_defaults_match_the_contract():
     assert s.correction_horizon == timedelta(days=7)
     assert s.timestamp_policy == "event_time"
     assert s.spark_master == "local[*]"
-    assert s.shuffle_partitions <= 8  # sized for the machine, never Spark's 200
+    # Sized for the machine, never Spark's 200.
+    assert s.shuffle_partitions == max(2, 2 * (os.cpu_count() or 2))
 
 
 def test_env_overrides_are_parsed():

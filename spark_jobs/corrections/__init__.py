@@ -36,6 +36,7 @@ from spark_jobs.corrections.recompute import recompute
 from spark_jobs.corrections.result import CorrectionResult
 from spark_jobs.corrections.scope import incremental_scope, time_ranges
 from spark_jobs.corrections.state import gold_bronze_version, latest_state, plan, save_state
+from spark_jobs.lock import date_lock
 from spark_jobs.tables import (
     BRONZE,
     LATE,
@@ -47,7 +48,19 @@ from spark_jobs.tables import (
     tagged_commits,
 )
 
-__all__ = ["CorrectionResult", "gold_bronze_version", "run_corrections", "time_ranges"]
+__all__ = ["CorrectionResult", "gold_bronze_version", "latest_state", "run_corrections",
+           "time_ranges"]
+
+
+# Delta's optimistic concurrency: another writer committed to the same files meanwhile.
+_CONFLICTS = ("ConcurrentAppendException", "ConcurrentDeleteReadException",
+              "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
+              "ProtocolChangedException", "MetadataChangedException", "DELTA_CONCURRENT_")
+MAX_ATTEMPTS = 3
+
+
+def is_conflict(exc: BaseException) -> bool:
+    return any(name in f"{type(exc).__name__} {exc}" for name in _CONFLICTS)
 
 
 def run_corrections(
@@ -58,9 +71,25 @@ def run_corrections(
 
     `reprocess` rebuilds the whole date from `replay_aggregates` (the log, parsed by the current
     code and settings) instead of bronze: every changed window is a `reprocess` correction.
-    `as_of` computes from that bronze version instead of the newest (the version a replay in
-    the same run read up to, so the two are compared on the same input).
+    `as_of` computes from that bronze version instead of the newest (the run's log position,
+    which a replay of the run reads up to too, so the two are compared on the same input).
+
+    Runs of one date are serialized (`date_lock`; Dagster's pool across runs), and a Delta
+    conflict with another writer re-plans the date from the new table versions (at most
+    MAX_ATTEMPTS times): the diff is never applied against gold it was not computed from.
     """
+    with date_lock(settings, d):
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                return _correct(spark, settings, d, run_id, reprocess, as_of)
+            except Exception as exc:
+                if not is_conflict(exc) or attempt == MAX_ATTEMPTS:
+                    raise
+    raise AssertionError("unreachable")
+
+
+def _correct(spark: SparkSession, settings: Settings, d: date, run_id: str, reprocess: bool,
+             as_of: int | None) -> CorrectionResult:
     result = CorrectionResult(d)
     with result.timed("plan"):
         ensure_tables(spark, settings)

@@ -138,6 +138,9 @@ def publish(
                     DeltaTable.forPath(spark, settings.table_path(CORRECTIONS.name)).alias("t")
                     .merge(changelog.alias("s"), f"{date_pred} AND t.window_start = s.window_start "
                            "AND t.key = s.key AND t.revision = s.revision")
+                    # A revision logged by a run whose gold MERGE then failed is rewritten
+                    # with this run's values: the changelog of r is what gold publishes as r.
+                    .whenMatchedUpdateAll()
                     .whenNotMatchedInsertAll()
                     .execute()
                 )

@@ -21,8 +21,10 @@ from spark_jobs.tables import (
 
 
 def latest_state(spark: SparkSession, settings: Settings, d: date):
-    """The date's newest state row (the table is append-only: one row per run)."""
-    return latest_row(spark, settings, CORRECTIONS_STATE, d, "updated_at")
+    """The date's newest state row (the table is append-only: one row per run). Ordered by the
+    gold version each run started from (runs of one date are serialized, so it only grows),
+    then by time: a run that started earlier but finished later cannot pass for the newest."""
+    return latest_row(spark, settings, CORRECTIONS_STATE, d, "reconciled_version", "updated_at")
 
 
 def gold_bronze_version(spark: SparkSession, settings: Settings, d: date) -> int | None:
