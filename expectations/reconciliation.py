@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TQDM_DISABLE", "1")  # GX metric progress bars
@@ -19,6 +19,7 @@ import great_expectations.expectations as gxe  # noqa: E402
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
+from lakehouse.settings import utc  # noqa: E402
 from spark_jobs.tables import MEASURE_COLUMNS  # noqa: E402
 
 KEY = ("window_start", "key")
@@ -117,7 +118,8 @@ def check_equal(reconciled: DataFrame, replay: DataFrame, d: date) -> Verdict:
             if not r.success
         ]
         evidence = [
-            {k: (str(v) if v is not None else None) for k, v in r.asDict().items()}
+            {k: (str(utc(v) if isinstance(v, datetime) else v) if v is not None else None)
+             for k, v in r.asDict().items()}
             for r in frame.where(~F.col("matches")).orderBy(*KEY).limit(MAX_EVIDENCE_ROWS).collect()
         ]
         return Verdict(

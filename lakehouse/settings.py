@@ -53,6 +53,19 @@ def day_bounds(d: date) -> tuple[datetime, datetime]:
     return start, start + timedelta(days=1)
 
 
+def utc(t: datetime | None) -> datetime | None:
+    """A timestamp as Spark's `collect()` returns it (naive, in this Python process's local time
+    zone, with `fold` set for a repeated hour) as an aware UTC datetime; aware ones are
+    converted. Send only aware datetimes back to Spark: a naive one goes through `mktime`,
+    which cannot tell the two occurrences of a repeated hour apart."""
+    return None if t is None else t.astimezone(UTC)
+
+
+def from_micros(us: int) -> datetime:
+    """Epoch microseconds (Spark's `unix_micros`) as an aware UTC datetime, exactly."""
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+
+
 def spark_interval(td: timedelta) -> str:
     """A timedelta as a Spark interval string ('90 seconds'), exact to the millisecond."""
     ms = int(td.total_seconds() * 1000)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.settings import Settings
+from lakehouse.settings import Settings, from_micros
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.checkpoint import AGG_QUERY, stream_watermark
 from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING, read_table
@@ -15,7 +15,7 @@ from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING, read_table
 
 def bronze_summary(spark: SparkSession, settings: Settings) -> dict:
     bronze = read_table(spark, settings, BRONZE).agg(
-        F.count("*").alias("rows"), F.max("event_time").alias("newest")
+        F.count("*").alias("rows"), F.max(F.unix_micros("event_time")).alias("newest")
     ).first()
     reasons = {
         r.reason: r.n
@@ -24,16 +24,17 @@ def bronze_summary(spark: SparkSession, settings: Settings) -> dict:
     }
     return {
         "bronze_rows": bronze.rows,
-        "newest_event_time": bronze.newest.isoformat() if bronze.newest else None,
+        "newest_event_time": from_micros(bronze.newest).isoformat() if bronze.newest else None,
         "quarantined_rows": sum(reasons.values()),
         "quarantine_reasons": reasons,
     }
 
 
-def seconds_since(t: datetime | None, now: datetime) -> float | None:
-    if t is None:
+def seconds_since(us: int | None, now: datetime) -> float | None:
+    """Seconds from epoch microseconds `us` (Spark's `unix_micros`) to `now`."""
+    if us is None:
         return None
-    return round((now - (t.replace(tzinfo=UTC) if t.tzinfo is None else t)).total_seconds(), 1)
+    return round((now - from_micros(us)).total_seconds(), 1)
 
 
 def streaming_summary(spark: SparkSession, settings: Settings, batch_ids: list[int]) -> dict:
@@ -48,9 +49,11 @@ def streaming_summary(spark: SparkSession, settings: Settings, batch_ids: list[i
         F.count(F.when(F.col("batch_id").isin(batch_ids), 1)).alias("touched"),
         F.count(F.when(F.col("batch_id").isin(batch_ids) & (F.col("status") == "final"), 1))
         .alias("closed"),
-        F.max(F.when(F.col("status") == "final", F.col("window_end"))).alias("newest_closed"),
+        F.max(F.when(F.col("status") == "final", F.unix_micros("window_end")))
+        .alias("newest_closed"),
     ).first()
-    newest_event = read_table(spark, settings, BRONZE).agg(F.max("event_time")).first()[0]
+    newest_event = read_table(spark, settings, BRONZE).agg(
+        F.max(F.unix_micros("event_time"))).first()[0]
     late = read_table(spark, settings, LATE)
     wm = stream_watermark(spark, settings)
     committed = ckpt.last_commit_time(spark, settings.checkpoint_path(AGG_QUERY))

@@ -32,7 +32,16 @@ from spark_jobs.checkpoint import AGG_QUERY, BRONZE_QUERY
 from spark_jobs.lock import checkpoint_lock
 from spark_jobs.parse import parsed_events
 from spark_jobs.progress import record_progress
-from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING, ensure_tables, position_metadata
+from spark_jobs.tables import (
+    BRONZE,
+    LATE,
+    QUARANTINE,
+    STREAMING,
+    bronze_position,
+    ensure_tables,
+    position_metadata,
+    table_version,
+)
 from spark_jobs.windows import flatten_window, measures, window_of
 
 
@@ -82,14 +91,28 @@ def _idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int,
 # ---------------------------------------------------------------------------------------------
 # 1. Kafka -> bronze + quarantine
 # ---------------------------------------------------------------------------------------------
-def kafka_source(spark: SparkSession, settings: Settings) -> DataFrame:
+def starting_offsets(spark: SparkSession, settings: Settings) -> str:
+    """Where a bronze query with a new checkpoint starts: the earliest retained offset for a new
+    instance (nothing produced before the first run is skipped, DESIGN §7), or, when bronze
+    already holds records, the Kafka position stamped on its newest stream commit. So a reset
+    or lost checkpoint (a new txnAppId, which Delta's idempotent writes cannot recognise) never
+    ingests a record twice: bronze stays unique on (topic, partition, offset). Ignored by Spark
+    once the checkpoint has offsets."""
+    position = bronze_position(spark, settings, table_version(spark, settings, BRONZE))
+    if position is None or not position.end_offsets:
+        return "earliest"
+    # -2 = earliest for a partition the stream has not read yet.
+    offsets = {str(p): position.end_offsets.get(p, -2)
+               for p in {*position.end_offsets, *[o.partition for o in topic_offsets(settings)]}}
+    return json.dumps({settings.events_topic: offsets})
+
+
+def kafka_source(spark: SparkSession, settings: Settings, start: str = "earliest") -> DataFrame:
     return (
         spark.readStream.format("kafka")
         .options(**settings.spark_kafka_options)
         .option("subscribe", settings.events_topic)
-        # A new instance starts at the earliest retained offset: nothing produced before the
-        # first run is skipped (DESIGN §7).
-        .option("startingOffsets", "earliest")
+        .option("startingOffsets", start)
         # Records deleted by retention before the stream read them fail the query loudly.
         .option("failOnDataLoss", "true")
         .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
@@ -120,8 +143,10 @@ def start_bronze(spark: SparkSession, settings: Settings, trigger: Trigger) -> S
     ensure_tables(spark, settings)
     checkpoint = settings.checkpoint_path(BRONZE_QUERY)
     ctx = _Batch(spark, checkpoint)
+    fresh = ckpt.last_committed_batch(spark, checkpoint) is None and ckpt.batch_offsets(
+        spark, checkpoint, 0) is None
     writer = (
-        kafka_source(spark, settings)
+        kafka_source(spark, settings, starting_offsets(spark, settings) if fresh else "earliest")
         .writeStream.queryName(BRONZE_QUERY)
         .foreachBatch(write_bronze_batch(settings, ctx))
         .option("checkpointLocation", checkpoint)

@@ -9,6 +9,7 @@ import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -44,6 +45,34 @@ def wait_for(predicate, svc, timeout=240, what="condition"):
     raise AssertionError(f"timed out waiting for {what}: {svc.stdout.read()[-3000:]}")
 
 
+def in_flight(checkpoint: str) -> int | None:
+    """A batch the query has started (its write-ahead `offsets/N` is written) and not committed
+    (no `commits/N`), if there is one now."""
+    offsets, commits = Path(checkpoint) / "offsets", Path(checkpoint) / "commits"
+    started = {int(p.name) for p in offsets.glob("[0-9]*")} if offsets.exists() else set()
+    done = {int(p.name) for p in commits.glob("[0-9]*")} if commits.exists() else set()
+    pending = started - done
+    return max(pending) if pending else None
+
+
+def kill_in_flight(svc, checkpoint: str, min_batch: int, timeout: float = 240) -> int:
+    """SIGKILL the service while a batch >= `min_batch` of the checkpoint's query is in flight
+    (chosen from the checkpoint's state, not after a sleep). Returns the batch id."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        batch = in_flight(checkpoint)
+        if batch is not None and batch >= min_batch:
+            svc.send_signal(signal.SIGKILL)
+            svc.wait(30)
+            assert not (Path(checkpoint) / "commits" / str(batch)).exists()
+            return batch
+        if svc.poll() is not None:
+            raise AssertionError(f"service exited {svc.returncode}: {svc.stdout.read()[-3000:]}")
+        time.sleep(0.02)
+    svc.kill()
+    raise AssertionError(f"no batch >= {min_batch} in flight in {checkpoint} within {timeout}s")
+
+
 def test_crash_restart_lock_and_clean_stop(instance_env, spark):
     settings = instance_env
     env = {**os.environ, "STREAM_TRIGGER_INTERVAL": "2 seconds",
@@ -60,19 +89,23 @@ def test_crash_restart_lock_and_clean_stop(instance_env, spark):
         with pytest.raises(CheckpointBusy, match="in use"):
             stream.run_available_now(spark, settings, stream.BRONZE_QUERY)
         produce(settings, chunks[1])
-        time.sleep(3)
+        # Crash 1: a bronze batch in flight (offsets/N written, commits/N not yet).
+        kill_in_flight(svc, settings.checkpoint_path(stream.BRONZE_QUERY), min_batch=1)
     finally:
-        svc.send_signal(signal.SIGKILL)  # crash 1: mid-stream, batches in flight
-        svc.wait(30)
+        if svc.poll() is None:
+            svc.kill()
+            svc.wait(30)
 
     svc = start_service(env)
     try:
         wait_for(lambda: bronze_rows(settings) > 900, svc, what="progress after restart")
         produce(settings, chunks[2])
-        time.sleep(8)
+        # Crash 2: an aggregation batch in flight, after a restart.
+        kill_in_flight(svc, settings.checkpoint_path(stream.AGG_QUERY), min_batch=1)
     finally:
-        svc.send_signal(signal.SIGKILL)  # crash 2: at another point
-        svc.wait(30)
+        if svc.poll() is None:
+            svc.kill()
+            svc.wait(30)
 
     svc = start_service(env)
     valid = sum(1 for r in records if r.kind in ("event", "late", "duplicate", "late_duplicate"))

@@ -7,7 +7,7 @@ from datetime import date
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.settings import Settings
+from lakehouse.settings import Settings, from_micros
 from spark_jobs.corrections.result import KEY
 from spark_jobs.corrections.scope import time_ranges
 from spark_jobs.counting import events_for_date
@@ -21,7 +21,10 @@ def recompute(bronze: DataFrame, settings: Settings, d: date, scope: DataFrame |
     if scope is None:
         return aggregate_windows(events_for_date(bronze, settings, d), settings)
     keys = list(KEY)
-    starts = sorted(r.window_start for r in scope.select("window_start").distinct().collect())
+    # As epoch micros, not datetimes: collect() would give naive local times (wrong across a
+    # DST change when the Python process is not in UTC).
+    starts = sorted(from_micros(r.us) for r in scope.select(
+        F.unix_micros("window_start").alias("us")).distinct().collect())
     if not starts:
         return aggregate_windows(bronze.limit(0), settings)
     in_ranges = F.lit(False)
