@@ -55,6 +55,12 @@ def streaming_summary(spark: SparkSession, settings: Settings, batch_ids: list[i
     newest_event = read_table(spark, settings, BRONZE).agg(
         F.max(F.unix_micros("event_time"))).first()[0]
     late = read_table(spark, settings, LATE)
+    horizon_s = int(settings.correction_horizon.total_seconds())
+    cutoff = F.unix_seconds(F.to_timestamp(F.date_add("event_date", 1))) + F.lit(horizon_s)
+    late_in_run = late.where(F.col("batch_id").isin(batch_ids)).agg(
+        F.count("*").alias("n"),
+        F.sum(F.when(F.unix_seconds("kafka_timestamp") > cutoff, 1).otherwise(0)).alias("beyond"),
+    ).first()
     wm = stream_watermark(spark, settings)
     committed = ckpt.last_commit_time(spark, settings.checkpoint_path(AGG_QUERY))
     return {
@@ -65,7 +71,9 @@ def streaming_summary(spark: SparkSession, settings: Settings, batch_ids: list[i
         "windows_closed_in_run": row.closed,
         "watermark": wm.isoformat() if wm else None,
         "late_events": late.count(),
-        "late_events_in_run": late.where(F.col("batch_id").isin(batch_ids)).count(),
+        "late_events_in_run": late_in_run.n,
+        # Arrived after their date's correction horizon: kept and reported, never applied.
+        "late_events_beyond_horizon_in_run": late_in_run.beyond or 0,
         "freshness_newest_event_s": seconds_since(newest_event, now),
         "freshness_newest_closed_window_s": seconds_since(row.newest_closed, now),
         "checkpoint_age_s": round(now.timestamp() - committed, 1) if committed else None,
