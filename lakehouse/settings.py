@@ -53,6 +53,13 @@ def day_bounds(d: date) -> tuple[datetime, datetime]:
     return start, start + timedelta(days=1)
 
 
+def spark_conf_key(suffix: str) -> str:
+    """`SPARK_CONF_<suffix>` -> a Spark key: a suffix with a dot is taken as it is
+    (`SPARK_CONF_spark.executor.extraJavaOptions`, set with `env`), else lower-cased with `_`
+    as `.` (`SPARK_CONF_SPARK_EXECUTOR_MEMORY` -> `spark.executor.memory`)."""
+    return suffix if "." in suffix else suffix.lower().replace("_", ".")
+
+
 def utc(t: datetime | None) -> datetime | None:
     """A timestamp as Spark's `collect()` returns it (naive, in this Python process's local time
     zone, with `fold` set for a repeated hour) as an aware UTC datetime; aware ones are
@@ -89,6 +96,11 @@ class Settings:
     stream_trigger_interval: timedelta = timedelta(seconds=10)
     partitions_start_date: date = date(2025, 1, 1)
     spark_ui: bool = False
+    # Set when SPARK_SHUFFLE_PARTITIONS is given; otherwise a cluster session sizes them from
+    # its executors' cores.
+    shuffle_partitions_explicit: bool = False
+    spark_driver_host: str = "127.0.0.1"
+    spark_conf_extra: Mapping[str, str] = field(default_factory=dict)
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     # Operations (Dagster schedules and freshness checks; cron in UTC).
     catch_up_cron: str = "*/5 * * * *"
@@ -176,6 +188,12 @@ class Settings:
             ),
             partitions_start_date=start_date,
             spark_ui=get("SPARK_UI", "false").lower() in ("1", "true", "yes"),
+            shuffle_partitions_explicit=bool(get("SPARK_SHUFFLE_PARTITIONS", "")),
+            spark_driver_host=get("SPARK_DRIVER_HOST", d.spark_driver_host),
+            spark_conf_extra={
+                spark_conf_key(name[len("SPARK_CONF_"):]): value
+                for name, value in env.items() if name.startswith("SPARK_CONF_")
+            },
             kafka_options=kafka_options,
             catch_up_cron=cron("CATCH_UP_CRON", d.catch_up_cron),
             corrections_cron=cron("CORRECTIONS_CRON", d.corrections_cron),

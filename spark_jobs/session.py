@@ -35,8 +35,6 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.default.parallelism": str(settings.shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
-        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.ui.enabled": "true" if settings.spark_ui else "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": "4g",
@@ -50,8 +48,14 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.streaming.metricsEnabled": "false",
         "spark.sql.streaming.numRecentProgressUpdates": "1000",
         "spark.sql.warehouse.dir": str(settings.root / "_warehouse"),
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
+        # Executors on other hosts connect back to the driver at this address.
+        "spark.driver.host": settings.spark_driver_host,
+        "spark.driver.bindAddress": settings.spark_driver_host,
+        # SPARK_CONF_<key> env vars: any other Spark setting (credentials, executor sizes).
+        **settings.spark_conf_extra,
+        # JVMs stay in UTC whatever extra options are passed.
+        **{k: f"{settings.spark_conf_extra.get(k, '')} -Duser.timezone=UTC".strip()
+           for k in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")},
     }
 
 
@@ -63,6 +67,10 @@ def get_spark(settings: Settings, extra: dict | None = None) -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if not settings.spark_master.startswith("local") and not settings.shuffle_partitions_explicit:
+        # Sized from the cluster (cores of the registered executors), not the driver machine.
+        spark.conf.set("spark.sql.shuffle.partitions",
+                       str(max(2, 2 * spark.sparkContext.defaultParallelism)))
     # Corrections free their locally checkpointed frames when done; Spark warns on each that
     # their lineage cannot be recomputed, which is the point.
     jvm = spark.sparkContext._jvm

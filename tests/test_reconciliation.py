@@ -38,13 +38,20 @@ def instance_of_module(tmp_path_factory, kafka_bootstrap, spark):
         yield settings, instance, dates[-1]
 
 
+# Set by a test before it changes the module's instance, cleared when it leaves the date
+# reconciled and proven again; the next test's `published` restores the date if still set.
+DIRTY = {"since": None}
+
+
 @pytest.fixture()
-def published(instance_of_module):
+def published(instance_of_module, request):
     """The module's instance with its date reconciled and proven, whatever ran before."""
     settings, instance, d = instance_of_module
-    result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
-    assert result.success and reconciliation_check(checks).passed
-    return settings, instance, d
+    if DIRTY["since"] is not None:
+        result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
+        assert result.success and reconciliation_check(checks).passed, DIRTY["since"]
+    DIRTY["since"] = request.node.name
+    yield settings, instance, d
 
 
 def gold_version(spark, settings) -> int:
@@ -84,6 +91,7 @@ def test_rerunning_corrections_or_reprocessing_a_correct_date_changes_nothing(pu
             assert meta["duration_s"].value >= sum(stages.values()) - 0.1
     assert gold_version(spark, settings) == version  # not one commit to gold
     assert read(settings, "late_corrections").num_rows == changelog
+    DIRTY["since"] = None  # left reconciled and proven
 
 
 def test_tampered_gold_row_fails_the_check_naming_the_window_and_corrections_repair_it(
@@ -125,6 +133,7 @@ def test_tampered_gold_row_fails_the_check_naming_the_window_and_corrections_rep
     assert len(log) == 1 and log[0]["cause"] == "reprocess"
     assert log[0]["before_value_sum"] == target.value_sum + 1
     assert log[0]["after_value_sum"] == target.value_sum
+    DIRTY["since"] = None  # left reconciled and proven
 
 
 def test_tampered_bronze_record_fails_the_check_and_reprocessing_the_date_repairs_it(
@@ -206,6 +215,7 @@ def test_records_arriving_after_a_corrections_run_wait_for_the_next_one_not_fail
     events_after = sum(read(settings, "reconciled_aggregates", d)["event_count"].to_pylist())
     assert events_after - events_before == len(new)  # every new event applied, once
     assert compare_tables(settings, d) == 0
+    DIRTY["since"] = None  # left reconciled and proven
 
 
 def test_a_topic_cut_by_retention_is_reported_incomplete_never_proven(
@@ -274,3 +284,71 @@ def test_a_topic_cut_by_retention_is_reported_incomplete_never_proven(
         why = str([e.event_specific_data for e in result.all_events
                    if e.event_type_value == "STEP_FAILURE"])
         assert "retention cut the log" in why
+
+
+def test_the_check_fails_when_gold_and_replay_come_from_different_positions(published, spark):
+    """The proof compares gold and a replay of the same log prefix, or fails naming both."""
+    from datetime import time
+
+    from lakehouse.generator import GeneratorConfig, generate, produce
+    from spark_jobs.replay import run_replay
+    from spark_jobs.tables import BRONZE, table_version
+
+    settings, instance, d = published
+    produce(settings, generate(GeneratorConfig(
+        count=20, seed=77, end=datetime.combine(d, time(23, 30), tzinfo=UTC),
+        span=timedelta(minutes=10), malformed_fraction=0, duplicate_fraction=0,
+        late_fraction=0)).records)
+    result, _ = run_job("stream_catch_up", instance)
+    assert result.success
+    newest = table_version(spark, settings, BRONZE)
+    run_replay(spark, settings, d, as_of=newest, run_id="by-hand")  # newer than gold's input
+    check = prove_dates(spark, settings, [d])
+    positions = check.metadata["log_positions"].value[d.isoformat()]
+    assert not check.passed and "different log positions" in check.description
+    assert positions["replay_up_to_bronze_version"] == newest
+    assert positions["reconciled_from_bronze_version"] < newest
+    assert positions["replayed_by_run"] == "by-hand"
+
+
+def test_two_corrections_runs_of_one_date_at_once_are_serialized(published, spark):
+    """Two corrections of one date started together (a sensor run and a schedule run, say):
+    the per-date lock makes one wait for the other, no revision is logged twice, and gold
+    equals the replay afterwards."""
+    import threading
+    from collections import Counter
+
+    from lakehouse.generator import GeneratorConfig, generate, produce
+    from spark_jobs.corrections import run_corrections
+
+    settings, instance, d = published
+    first = min(read(settings, "reconciled_aggregates", d)["window_start"].to_pylist())
+    produce(settings, generate(GeneratorConfig(
+        count=40, seed=88, end=first.astimezone(UTC) + timedelta(minutes=30), keys=6,
+        span=timedelta(minutes=30), malformed_fraction=0, duplicate_fraction=0,
+        late_fraction=0)).records)  # behind the watermark: late, into published windows
+    result, _ = run_job("stream_catch_up", instance)
+    assert result.success
+    results, errors = {}, []
+
+    def correct(name):
+        try:
+            results[name] = run_corrections(spark, settings, d, run_id=name)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=correct, args=(n,)) for n in ("first", "second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    assert not errors and len(results) == 2
+    changed = sorted(r.corrected + r.inserted for r in results.values())
+    assert changed[0] == 0 and changed[1] > 0  # the one that waited found the work done
+    log = read(settings, "late_corrections", d).to_pylist()
+    revisions = Counter((c["window_start"], c["key"], c["revision"]) for c in log)
+    assert max(revisions.values()) == 1
+    result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
+    assert result.success and reconciliation_check(checks).passed
+    assert gold_metadata(result)["windows_corrected"].value == 0
+    DIRTY["since"] = None  # left reconciled and proven

@@ -80,3 +80,20 @@ def test_kafka_security_passes_through_to_spark_and_confluent():
 def test_spark_interval_is_exact():
     assert spark_interval(timedelta(seconds=30)) == "30 seconds"
     assert spark_interval(timedelta(milliseconds=1500)) == "1500 milliseconds"
+
+
+def test_spark_pass_through_and_driver_host():
+    from spark_jobs.session import spark_conf
+
+    s = Settings.from_env({"SPARK_CONF_SPARK_EXECUTOR_MEMORY": "3g",
+                           "SPARK_CONF_spark.executor.extraJavaOptions": "-Dx=1",
+                           "SPARK_DRIVER_HOST": "10.1.2.3"})
+    assert s.spark_conf_extra == {"spark.executor.memory": "3g",
+                                  "spark.executor.extraJavaOptions": "-Dx=1"}
+    conf = spark_conf(s)
+    assert conf["spark.executor.memory"] == "3g"
+    assert conf["spark.executor.extraJavaOptions"] == "-Dx=1 -Duser.timezone=UTC"
+    assert conf["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC"
+    assert conf["spark.driver.host"] == "10.1.2.3"
+    assert not s.shuffle_partitions_explicit
+    assert Settings.from_env({"SPARK_SHUFFLE_PARTITIONS": "6"}).shuffle_partitions_explicit
