@@ -33,6 +33,7 @@ MALFORMED_KINDS = (
     "invalid_value",
     "value_too_precise",
     "event_time_in_future",
+    "event_time_before_start",
 )
 
 
@@ -106,6 +107,8 @@ def _malformed(kind: str, t: datetime, rnd: random.Random, i: int) -> bytes:
     elif kind == "event_time_in_future":
         # Far beyond any skew whenever it is produced, and still deterministic.
         base["event_time"] = (t + timedelta(days=3650)).isoformat().replace("+00:00", "Z")
+    elif kind == "event_time_before_start":
+        base["event_time"] = int(t.timestamp())  # epoch seconds where milliseconds are due
     return _encode(base)
 
 

@@ -36,6 +36,7 @@ REASONS = (
     "value_too_precise",
     "value_out_of_range",
     "event_time_in_future",
+    "event_time_before_start",
 )
 
 VALUE_TYPE = "decimal(38,6)"
@@ -48,6 +49,9 @@ _ISO_WITH_OFFSET = (
 # Plain decimal notation with at most 6 significant fractional digits (trailing zeros allowed).
 _PLAIN_NUMBER = r"^[+-]?[0-9]+(\.[0-9]*)?$"
 _AT_MOST_6_DECIMALS = r"^[+-]?[0-9]+(\.[0-9]{0,6}0*)?$"
+# The literal text of a top-level-looking "value" number (any notation), for the rows whose
+# VARIANT holds a double (exponent notation, or more digits than a decimal(38) holds).
+_VALUE_NUMBER_LITERAL = r'"value"\s*:\s*(-?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)'
 
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 
@@ -137,7 +141,9 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     numeric_like = plain | (is_double & ~F.col("_nonfinite"))
     too_precise = F.when(plain, ~F.col("_six")).otherwise(
         # Same-type comparison: mixed decimal scales would be widened back to scale 6.
-        exact18.isNotNull() & (exact18 != exact18.cast(VALUE_TYPE).cast("decimal(38,18)"))
+        (exact18.isNotNull() & (exact18 != exact18.cast(VALUE_TYPE).cast("decimal(38,18)")))
+        # decimal(38,18) rounds digits past the 18th, so count them in the literal text.
+        | (is_double & _literal_too_precise(F.col("_text"), v))
     )
     df = df.withColumn(
         "value",
@@ -148,6 +154,11 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     in_range = value.isNotNull() & (F.abs(value) < F.lit(MAX_ABS_VALUE).cast(VALUE_TYPE))
     skew_s = int(settings.future_skew.total_seconds())
     in_future = payload_time > F.col("kafka_timestamp") + F.expr(f"INTERVAL {skew_s} SECONDS")
+    counted_time = (
+        F.col("kafka_timestamp") if settings.timestamp_policy == "kafka_timestamp" else payload_time
+    )
+    # e.g. epoch seconds sent as milliseconds (January 1970): no partition would ever hold it.
+    before_start = counted_time < F.lit(settings.partitions_start_date).cast("timestamp")
 
     reason = (
         F.when(too_big, "payload_too_large")
@@ -164,10 +175,9 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
         .when(too_precise, "value_too_precise")
         .when(~in_range, "value_out_of_range")
         .when(in_future, "event_time_in_future")
+        .when(before_start, "event_time_before_start")
     )
-    event_time = (
-        F.col("kafka_timestamp") if settings.timestamp_policy == "kafka_timestamp" else payload_time
-    )
+    event_time = counted_time
     return df.select(
         *[c for c in VALID_COLUMNS if c not in ("event_time", "event_date", "record_key")],
         event_time.alias("event_time"),
@@ -177,6 +187,24 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
         # Kept for the quarantine projection, which runs only on rejected rows.
         "_raw_key", "_raw_value", "value_bytes", "_time_text", "_value_text", "_exact18",
     )
+
+
+def _literal_too_precise(text: Column, v: Column) -> Column:
+    """True when a `"value": <number>` literal in the JSON text equals the parsed double and has
+    more than 6 fractional digits once its exponent is applied (1.25E-7 has 9). Only such
+    literals count, so a nested "value" elsewhere in the object cannot decide (unless it is the
+    same number)."""
+    as_double = F.try_variant_get(v, "$.value", "double")
+
+    def fractional_digits(literal: Column) -> Column:
+        fraction = F.regexp_replace(F.regexp_extract(literal, r"\.([0-9]*)", 1), "0+$", "")
+        exponent = F.coalesce(
+            F.regexp_extract(literal, r"[eE]([+-]?[0-9]+)", 1).try_cast("int"), F.lit(0))
+        return F.length(fraction) - exponent
+
+    literals = F.regexp_extract_all(text, F.lit(_VALUE_NUMBER_LITERAL), 1)
+    return F.exists(literals, lambda lit: (lit.try_cast("double") == as_double)
+                    & (fractional_digits(lit) > 6))
 
 
 def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
@@ -195,6 +223,10 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
                        F.substring(F.coalesce(F.col("_exact18").cast("string"),
                                               F.col("_value_text")), 1, 80),
                        F.lit(f" (exact decimal, at most 6 fractional digits, |v| < {MAX_ABS_VALUE})")))
+        .when(reason == "event_time_before_start",
+              F.concat(F.lit("event_time="), F.col("_time_text"),
+                       F.lit(f" is before LAKEHOUSE_START_DATE={settings.partitions_start_date}"
+                             " (epoch seconds sent as milliseconds?)")))
         .when(reason == "event_time_in_future",
               F.concat(F.lit("event_time="), F.col("_time_text"), F.lit(" is more than "),
                        F.lit(spark_interval(settings.future_skew)),

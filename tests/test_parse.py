@@ -43,6 +43,12 @@ VALID_CASES = [
     (ev(event_time="2026-11-21T16:00:05+02:00"), None, datetime(2026, 11, 21, 14, 0, 5)),
     (ev(event_time="2026-11-21T13:00:05.5-0100"), None, datetime(2026, 11, 21, 14, 0, 5, 500000)),
     (ev(attributes={"country": "DE", "tags": [1, 2]}), None, None),
+    # A nested "value" with many digits does not decide for the top-level one.
+    (b'{"event_id":"e1","key":"k1","event_time":1795168846100,'
+     b'"attributes":{"value":1.123456789e0},"value":2.5e0}', Decimal("2.500000"), None),
+    (b'{"event_id":"e1","key":"k1","event_time":1795168846100,"value":12.5E-5}',
+     Decimal("0.000125"), None),
+    (ev(event_time="2025-01-01T00:00:00Z"), None, datetime(2025, 1, 1)),  # the first instant
 ]
 
 
@@ -95,6 +101,16 @@ BAD_CASES = [
     (ev(value="1000000000000000000"), "value_out_of_range"),
     (ev(value=-1e19), "value_out_of_range"),
     (ev(event_time="2026-11-21T14:06:01Z"), "event_time_in_future"),
+    # Digits past decimal(38,18)'s 18th are rounded away by an exact read: count them in the text.
+    (b'{"event_id":"e","key":"k","event_time":1795168846100,"value":1.0000000000000000001e0}',
+     "value_too_precise"),
+    (b'{"event_id":"e","key":"k","event_time":1795168846100,"value":1e-19}', "value_too_precise"),
+    (b'{"event_id":"e","key":"k","event_time":1795168846100,"attributes":{"value":1},'
+     b'"value":0.00000000000000000000000000000000000000001}', "value_too_precise"),
+    (b'{"event_id":"e","key":"k","event_time":1795168846100,"value":125E-8}', "value_too_precise"),
+    # Epoch seconds sent as milliseconds: January 1970, before any partition.
+    (ev(event_time=1795168846), "event_time_before_start"),
+    (ev(event_time="2024-12-31T23:59:59Z"), "event_time_before_start"),
 ]
 
 
@@ -113,6 +129,7 @@ def test_every_malformed_record_is_quarantined_with_its_reason(spark):
     assert "0.1234567" in bad[25].detail
     assert bad[26].detail.startswith("value=1.0000000000000001")
     assert bad[5].quarantine_date.isoformat() == "2026-11-21"
+    assert "LAKEHOUSE_START_DATE=2025-01-01" in bad[34].detail
 
 
 def test_future_skew_boundary_is_inclusive(spark):
@@ -158,5 +175,6 @@ def test_fuzz_every_record_lands_exactly_once(spark, values):
     for row in valid.values():
         assert row.event_id and row.key and row.event_time is not None
         assert row.value is not None and abs(row.value) < Decimal(10) ** 18
+        assert row.event_date >= SETTINGS.partitions_start_date
     for row in bad.values():
         assert row.reason in REASONS
