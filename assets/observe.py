@@ -1,5 +1,7 @@
 """The observability timeline: one HTML report next to the tables."""
 
+from pathlib import Path
+
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from assets.resources import LakehouseResource, SparkResource
@@ -19,7 +21,8 @@ def timeline_report(context: AssetExecutionContext, lakehouse: LakehouseResource
     summary.pop("path", None)
     return MaterializeResult(metadata={
         "path": MetadataValue.path(str(report.path)),
-        "report": MetadataValue.url(report.path.resolve().as_uri()),
+        "report": MetadataValue.url(
+            Path(report.path).as_uri() if report.path.startswith("/") else report.path),
         "what_if_late_records": MetadataValue.json(summary.pop("what_if_late_records")),
         "series_points": MetadataValue.json(summary.pop("series_points")),
         "lateness_seconds": MetadataValue.json(summary.pop("lateness_seconds")),

@@ -10,7 +10,6 @@ such overrides change where a run reads and writes, never the definitions themse
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from dagster import ConfigurableResource
@@ -32,7 +31,7 @@ class LakehouseResource(ConfigurableResource):
     def settings(self) -> Settings:
         base = Settings.from_env()
         overrides = {
-            "lakehouse_root": Path(self.lakehouse_root) if self.lakehouse_root else None,
+            "lakehouse_root": self.lakehouse_root,
             "events_topic": self.events_topic,
             "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
         }

@@ -1,14 +1,18 @@
-"""Topic creation and offset look-ups with confluent-kafka (admin + a throwaway consumer)."""
+"""Topic creation and offset look-ups with confluent-kafka's AdminClient (`create_topics`,
+`list_offsets` with `OffsetSpec`: one batched request per spec for all partitions)."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from lakehouse.settings import Settings
+from lakehouse.topic_checks import require_log_append_time
 
 TOPIC_CONFIG = {
     # The broker stamps each record with its append time: monotonic per partition, so a replay
@@ -18,25 +22,90 @@ TOPIC_CONFIG = {
 }
 
 
+_ADMINS: dict[tuple, AdminClient] = {}
+_ADMINS_LOCK = threading.Lock()
+
+
 def admin(settings: Settings) -> AdminClient:
-    return AdminClient({**settings.client_config, "log_level": 3})
+    """The process's admin client for these settings, kept for reuse. Kept alive on purpose:
+    a client that is garbage-collected fails its pending futures with `_DESTROY`, which is what
+    `admin(settings).describe_configs(...)[r].result()` did with a throwaway client. Keyed by
+    process id too: a librdkafka handle does not survive a fork."""
+    conf = {**settings.client_config, "log_level": 3}
+    key = (os.getpid(), tuple(sorted(conf.items())))
+    with _ADMINS_LOCK:
+        client = _ADMINS.get(key)
+        if client is None:
+            client = _authenticated(conf, settings)
+            _ADMINS[key] = client
+        return client
+
+
+class KafkaAuthenticationFailed(RuntimeError):
+    """The broker rejected the client's credentials (SASL) or TLS handshake."""
+
+
+_AUTH_ERRORS = {KafkaError._AUTHENTICATION, KafkaError._SSL,
+                KafkaError.SASL_AUTHENTICATION_FAILED}
+
+
+def _authenticated(conf: dict, settings: Settings, timeout: float = 10.0) -> AdminClient:
+    """A new admin client; with a secured protocol (SASL/SSL), first a metadata request that
+    fails at once, naming authentication, when the broker rejects the credentials. librdkafka
+    reports that only through `error_cb` and keeps reconnecting (a blocking call just times
+    out as a "transport failure"), so such a client is closed instead of kept (no retry storm).
+    The message names the user and mechanism, never the password."""
+    if conf.get("security.protocol", "plaintext").lower() == "plaintext":
+        return AdminClient(conf)
+    rejected: list[str] = []
+
+    def on_error(err) -> None:
+        if err.code() in _AUTH_ERRORS and not rejected:
+            rejected.append(err.str())
+
+    client = AdminClient({**conf, "error_cb": on_error})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.list_topics(timeout=1.0)
+            return client
+        except KafkaException:
+            client.poll(0)  # serves error_cb
+            if rejected or time.monotonic() > deadline:
+                break
+    if not rejected:  # not an authentication problem (a broker down?): the calls report it
+        return client
+    del client  # destroys the handle: no more reconnects with bad credentials
+    raise KafkaAuthenticationFailed(
+        f"Kafka authentication failed at {settings.kafka_bootstrap_servers} "
+        f"(security.protocol={conf.get('security.protocol')}, "
+        f"sasl.mechanism={conf.get('sasl.mechanism', '-')}, "
+        f"user {conf.get('sasl.username', '-')!r}): {rejected[0]}. Check KAFKA_SASL_USERNAME "
+        "and KAFKA_SASL_PASSWORD (KAFKA_SASL_JAAS_CONFIG for Spark) or the KAFKA_SSL_* settings.")
 
 
 def ensure_topic(
     settings: Settings,
     topic: str | None = None,
-    partitions: int = 4,
+    partitions: int | None = None,
     config: dict[str, str] | None = None,
     timeout: float = 30.0,
 ) -> bool:
-    """Create the topic (LogAppendTime) if missing. Returns True when it was created."""
+    """Create the topic (LogAppendTime) if missing; an existing one must use LogAppendTime
+    (`TopicMisconfigured` otherwise). Returns True when it was created. Replication: 3 with
+    `min.insync.replicas=2` on a cluster of three or more brokers, else 1, unless
+    TOPIC_REPLICATION_FACTOR says otherwise."""
     topic = topic or settings.events_topic
     client = admin(settings)
-    if topic in client.list_topics(timeout=timeout).topics:
+    cluster = client.list_topics(timeout=timeout)
+    if topic in cluster.topics:
+        require_log_append_time(settings, topic, timeout)
         return False
-    futures = client.create_topics(
-        [NewTopic(topic, partitions, 1, config={**TOPIC_CONFIG, **(config or {})})]
-    )
+    replicas = settings.topic_replication_factor or (3 if len(cluster.brokers) >= 3 else 1)
+    durability = {"min.insync.replicas": str(min(2, replicas - 1))} if replicas >= 3 else {}
+    futures = client.create_topics([NewTopic(
+        topic, partitions or settings.topic_partitions, replicas,
+        config={**TOPIC_CONFIG, **durability, **(config or {})})])
     try:
         futures[topic].result(timeout)
     except KafkaException as exc:
@@ -66,6 +135,7 @@ _TRANSIENT = {
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._TIMED_OUT,
+    KafkaError._NOENT,  # list_offsets: "No leaders found" (asked only for existing topics)
 }
 
 
@@ -91,33 +161,51 @@ class PartitionOffsets:
     latest: int
 
 
-def _consumer(settings: Settings) -> Consumer:
-    return Consumer(
-        {
-            **settings.client_config,
-            "group.id": "lakehouse-offset-probe",
-            "enable.auto.commit": False,
-            "log_level": 3,
+# What the offset look-ups see: committed records only (what a consumer with librdkafka's default
+# `isolation.level=read_committed` saw before; with the project's non-transactional producers
+# it is the high watermark).
+_ISOLATION = IsolationLevel.READ_COMMITTED
+
+
+def _partitions(client: AdminClient, topic: str, timeout: float) -> list[int]:
+    """The topic's partitions, [] when it does not exist (or its metadata has an error)."""
+    meta = client.list_topics(topic, timeout=timeout).topics.get(topic)
+    if meta is None or meta.error is not None:
+        return []
+    return sorted(meta.partitions)
+
+
+def _list_offsets(client: AdminClient, topic: str, specs: dict[str, OffsetSpec],
+                  partitions: list[int], timeout: float) -> dict[str, dict[int, int]]:
+    """One batched ListOffsets request per spec (all partitions at once), sent together:
+    {spec name: {partition: offset}}; offset -1 when no record matches a timestamp spec."""
+
+    def call():
+        futures = {
+            name: client.list_offsets(
+                {TopicPartition(topic, p): spec for p in partitions},
+                isolation_level=_ISOLATION, request_timeout=timeout,
+            )
+            for name, spec in specs.items()
         }
-    )
+        return {
+            name: {tp.partition: f.result(timeout).offset for tp, f in per_partition.items()}
+            for name, per_partition in futures.items()
+        }
+
+    return _retrying(call)
 
 
 def topic_offsets(settings: Settings, topic: str | None = None, timeout: float = 10.0):
     """Earliest and latest offsets per partition (empty list when the topic is missing)."""
     topic = topic or settings.events_topic
-    consumer = _consumer(settings)
-    try:
-        meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-        if meta is None or meta.error is not None:
-            return []
-        result = []
-        for p in sorted(meta.partitions):
-            lo, hi = _retrying(lambda p=p: consumer.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=timeout))
-            result.append(PartitionOffsets(p, lo, hi))
-        return result
-    finally:
-        consumer.close()
+    client = admin(settings)
+    partitions = _partitions(client, topic, timeout)
+    if not partitions:
+        return []
+    found = _list_offsets(client, topic, {"earliest": OffsetSpec.earliest(),
+                                          "latest": OffsetSpec.latest()}, partitions, timeout)
+    return [PartitionOffsets(p, found["earliest"][p], found["latest"][p]) for p in partitions]
 
 
 def offsets_for_time(
@@ -127,15 +215,17 @@ def offsets_for_time(
     """First offset per partition whose (append) timestamp >= ts_ms; the end offset when none.
     `known`: the topic's offsets if the caller just read them (saves a broker round trip)."""
     topic = topic or settings.events_topic
-    offsets = known if known is not None else topic_offsets(settings, topic, timeout)
-    if not offsets:
+    client = admin(settings)
+    specs = {"at": OffsetSpec.for_timestamp(ts_ms)}
+    if known is not None:
+        partitions = [p.partition for p in known]
+        ends = {p.partition: p.latest for p in known}
+    else:
+        partitions = _partitions(client, topic, timeout)
+        specs["latest"] = OffsetSpec.latest()
+    if not partitions:
         return {}
-    ends = {p.partition: p.latest for p in offsets}
-    consumer = _consumer(settings)
-    try:
-        found = _retrying(lambda: consumer.offsets_for_times(
-            [TopicPartition(topic, p, ts_ms) for p in ends], timeout=timeout
-        ))
-        return {tp.partition: (tp.offset if tp.offset >= 0 else ends[tp.partition]) for tp in found}
-    finally:
-        consumer.close()
+    found = _list_offsets(client, topic, specs, partitions, timeout)
+    if known is None:
+        ends = found["latest"]
+    return {p: (o if o >= 0 else ends[p]) for p, o in found["at"].items()}

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 
+from lakehouse import storage
+
 _UNITS = {
     "millisecond": 0.001, "ms": 0.001,
     "second": 1, "sec": 1, "s": 1,
@@ -83,7 +85,8 @@ def spark_interval(td: timedelta) -> str:
 class Settings:
     kafka_bootstrap_servers: str = "localhost:9092"
     events_topic: str = "events"
-    lakehouse_root: Path = Path("./.lakehouse")
+    # A local path or a URI (file://, s3a://bucket/prefix, abfss://, gs://): lakehouse.storage.
+    lakehouse_root: str = "./.lakehouse"
     window_size: timedelta = timedelta(minutes=1)
     watermark_delay: timedelta = timedelta(seconds=30)
     correction_horizon: timedelta = timedelta(days=7)
@@ -93,6 +96,8 @@ class Settings:
     max_event_bytes: int = 65536
     shuffle_partitions: int = 4
     max_offsets_per_trigger: int = 2_000_000
+    topic_partitions: int = 4
+    topic_replication_factor: int = 0  # 0: 3 on a cluster of >= 3 brokers, else 1
     stream_trigger_interval: timedelta = timedelta(seconds=10)
     partitions_start_date: date = date(2025, 1, 1)
     spark_ui: bool = False
@@ -109,6 +114,10 @@ class Settings:
     timeline_cron: str = "45 * * * *"
     stream_freshness: timedelta = timedelta(minutes=15)
     reconciled_deadline_cron: str = "0 3 * * *"
+    # `make stream` serves Prometheus metrics on 127.0.0.1:<metrics_port>/metrics.
+    metrics_port: int = 9108
+    # `make demo`: Dagster's event stream and Spark's output on the console (DEMO_VERBOSE=1).
+    demo_verbose: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -124,6 +133,12 @@ class Settings:
             if not raw.isdigit() or int(raw) <= 0:
                 raise SettingsError(f"{name}={raw!r} must be a positive integer")
             return int(raw)
+
+        def port(name: str, default: int) -> int:
+            value = positive_int(name, default)
+            if value > 65535:
+                raise SettingsError(f"{name}='{value}' must be a TCP port (1-65535)")
+            return value
 
         def cron(name: str, default: str) -> str:
             raw = get(name, default)
@@ -169,7 +184,7 @@ class Settings:
         return cls(
             kafka_bootstrap_servers=servers,
             events_topic=topic,
-            lakehouse_root=Path(get("LAKEHOUSE_ROOT", str(d.lakehouse_root))),
+            lakehouse_root=get("LAKEHOUSE_ROOT", d.lakehouse_root),
             window_size=window,
             watermark_delay=delay,
             correction_horizon=horizon,
@@ -180,6 +195,9 @@ class Settings:
             shuffle_partitions=positive_int(
                 "SPARK_SHUFFLE_PARTITIONS", max(2, 2 * (os.cpu_count() or 2))
             ),
+            topic_partitions=positive_int("TOPIC_PARTITIONS", d.topic_partitions),
+            topic_replication_factor=(positive_int("TOPIC_REPLICATION_FACTOR", 1)
+                                      if get("TOPIC_REPLICATION_FACTOR", "") else 0),
             max_offsets_per_trigger=positive_int(
                 "MAX_OFFSETS_PER_TRIGGER", d.max_offsets_per_trigger
             ),
@@ -201,6 +219,8 @@ class Settings:
             timeline_cron=cron("TIMELINE_CRON", d.timeline_cron),
             stream_freshness=parse_duration(get("STREAM_FRESHNESS", "15 minutes"), "STREAM_FRESHNESS"),
             reconciled_deadline_cron=cron("RECONCILED_DEADLINE_CRON", d.reconciled_deadline_cron),
+            metrics_port=port("METRICS_PORT", d.metrics_port),
+            demo_verbose=get("DEMO_VERBOSE", "false").lower() in ("1", "true", "yes"),
         )
 
     # ---- derived -------------------------------------------------------------------------
@@ -216,14 +236,28 @@ class Settings:
         return 1 + -(-self.correction_horizon // timedelta(days=1))
 
     @property
-    def root(self) -> Path:
-        return self.lakehouse_root.resolve()
+    def root(self) -> str:
+        """LAKEHOUSE_ROOT as a URI (absolute path for local disk); never a `Path`."""
+        return storage.normalize_root(self.lakehouse_root)
+
+    def path(self, *parts: str) -> str:
+        return storage.join(self.root, *parts)
 
     def table_path(self, name: str) -> str:
-        return str(self.root / name)
+        return self.path(name)
 
     def checkpoint_path(self, query: str) -> str:
-        return str(self.root / "_checkpoints" / query)
+        return self.path("_checkpoints", query)
+
+    @property
+    def local_root(self) -> Path | None:
+        """The root on this machine's disk, None on an object store."""
+        return storage.local_path(self.root)
+
+    def delta_rs(self, name: str) -> tuple[str, dict[str, str]]:
+        """(uri, storage_options) to open table `name` with delta-rs (no Spark)."""
+        path = self.table_path(name)
+        return storage.delta_rs_uri(path), storage.delta_rs_options(path)
 
     @property
     def spark_kafka_options(self) -> dict[str, str]:

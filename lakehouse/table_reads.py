@@ -17,7 +17,8 @@ MEASURES = ("event_count", "value_sum", "value_min", "value_max", "event_fingerp
 
 def read(settings: Settings, name: str, event_date: date | None = None):
     """A table as a pyarrow Table (optionally one event_date partition)."""
-    dt = DeltaTable(settings.table_path(name))
+    uri, options = settings.delta_rs(name)
+    dt = DeltaTable(uri, storage_options=options)
     filters = [("event_date", "=", event_date.isoformat())] if event_date else None
     return dt.to_pyarrow_table(partitions=filters)
 
@@ -25,10 +26,11 @@ def read(settings: Settings, name: str, event_date: date | None = None):
 def bronze_dates(settings: Settings) -> set[date]:
     """Event dates that have bronze data, from the Delta log alone (no data file is read)."""
 
-    path = settings.table_path("bronze_events")
-    if not DeltaTable.is_deltatable(path):
+    uri, options = settings.delta_rs("bronze_events")
+    if not DeltaTable.is_deltatable(uri, storage_options=options):
         return set()
-    actions = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pydict()
+    actions = pa.table(DeltaTable(uri, storage_options=options).get_add_actions(
+        flatten=True)).to_pydict()
     return {date.fromisoformat(str(v)) for v in actions.get("partition.event_date", []) if v}
 
 

@@ -38,10 +38,10 @@ def processed_offsets(settings: Settings) -> tuple[dict[int, int], datetime | No
     """End offsets of the bronze query's newest recorded batch (empty before the first)."""
     from deltalake import DeltaTable
 
-    path = settings.table_path("stream_progress")
-    if not DeltaTable.is_deltatable(path):
+    uri, options = settings.delta_rs("stream_progress")
+    if not DeltaTable.is_deltatable(uri, storage_options=options):
         return {}, None
-    table = DeltaTable(path)
+    table = DeltaTable(uri, storage_options=options)
     # Newest progress_date partition first: a tick reads one day of progress, not the history.
     days = pa.table(table.get_add_actions(flatten=True)).column("partition.progress_date")
     rows = []

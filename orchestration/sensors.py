@@ -43,10 +43,10 @@ def new_late_dates(settings: Settings, after_version: int | None, now: datetime
     """
     from deltalake import DeltaTable
 
-    path = settings.table_path("late_events")
-    if not DeltaTable.is_deltatable(path):
+    uri, options = settings.delta_rs("late_events")
+    if not DeltaTable.is_deltatable(uri, storage_options=options):
         return {}, after_version
-    table = DeltaTable(path)
+    table = DeltaTable(uri, storage_options=options)
     current = table.version()
     if after_version is not None and current <= after_version:
         return {}, after_version

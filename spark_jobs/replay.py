@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.kafka_admin import PartitionOffsets, offsets_for_time, topic_offsets
 from lakehouse.settings import Settings, day_bounds
+from lakehouse.topic_checks import require_log_append_time
 from spark_jobs.counting import events_for_date
 from spark_jobs.lock import date_lock
 from spark_jobs.parse import parsed_events
@@ -183,6 +184,7 @@ def run_replay(spark: SparkSession, settings: Settings, d: date, as_of: int | No
 def _replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None,
             run_id: str) -> ReplayResult:
     ensure_tables(spark, settings)
+    require_log_append_time(settings)  # offsets-for-times ranges need broker append times
     offsets = topic_offsets(settings)  # one broker round trip for the check and the ranges
     version = as_of if as_of is not None else table_version(spark, settings, BRONZE)
     position = bronze_position(spark, settings, version)

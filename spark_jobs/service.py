@@ -4,6 +4,8 @@ Runs the same two queries, on the same checkpoints, as the Dagster catch-up asse
 checkpoint locks while running, so a catch-up started meanwhile fails with a clear error instead
 of corrupting the checkpoint. SIGTERM or SIGINT stops both queries and exits 0; since every
 write of a batch is idempotent, a stop (or a crash) mid-batch is repaired by the next start.
+While it runs, Prometheus metrics are served on 127.0.0.1:$METRICS_PORT/metrics
+(`spark_jobs.metrics`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from contextlib import ExitStack
 from lakehouse.kafka_admin import ensure_topic, topic_offsets
 from lakehouse.settings import Settings, spark_interval
 from spark_jobs.lock import CheckpointBusy, checkpoint_lock
+from spark_jobs.metrics import serving
 from spark_jobs.progress import record_progress
 from spark_jobs.session import get_spark
 from spark_jobs.stream import (
@@ -35,7 +38,9 @@ def serve(settings: Settings, stop: threading.Event) -> int:
     spark = get_spark(settings)
     with ExitStack() as locks:
         for name in (BRONZE_QUERY, AGG_QUERY):
-            locks.enter_context(checkpoint_lock(settings.root, name))
+            locks.enter_context(checkpoint_lock(settings.root, name, spark))
+        # Before the queries start: the metrics count every record they commit.
+        metrics = locks.enter_context(serving(settings, spark))
         queries = {
             name: STARTERS[name](spark, settings, Trigger(available_now=False, interval=interval))
             for name in (BRONZE_QUERY, AGG_QUERY)
@@ -46,7 +51,7 @@ def serve(settings: Settings, stop: threading.Event) -> int:
         restarts = {name: 0 for name in queries}
         failed = None
         while not stop.wait(settings.stream_trigger_interval.total_seconds()):
-            _record_new(spark, settings, queries, recorded)
+            _record_new(spark, settings, queries, recorded, metrics)
             for name, q in list(queries.items()):
                 exc = q.exception()
                 if exc is None:
@@ -64,7 +69,7 @@ def serve(settings: Settings, stop: threading.Event) -> int:
                 break
         for q in queries.values():
             q.stop()
-        _record_new(spark, settings, queries, recorded)
+        _record_new(spark, settings, queries, recorded, metrics)
     if failed is not None:
         print(f"error: query {failed.name} failed: {failed.exception()}", file=sys.stderr)
         return 1
@@ -72,11 +77,13 @@ def serve(settings: Settings, stop: threading.Event) -> int:
     return 0
 
 
-def _record_new(spark, settings, queries, recorded) -> None:
+def _record_new(spark, settings, queries, recorded, metrics=None) -> None:
     ends = None
     for name, q in queries.items():
-        new = [json.loads(p.json) for p in q.recentProgress]
-        new = [p for p in new if p["batchId"] > recorded[name]]
+        reports = [json.loads(p.json) for p in q.recentProgress]
+        if metrics is not None:
+            metrics.observe_progress(name, reports)
+        new = [p for p in reports if p["batchId"] > recorded[name]]
         if not new:
             continue
         if name == BRONZE_QUERY:

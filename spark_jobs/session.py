@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from lakehouse import storage
 from lakehouse.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,10 +48,12 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
         "spark.sql.streaming.metricsEnabled": "false",
         "spark.sql.streaming.numRecentProgressUpdates": "1000",
-        "spark.sql.warehouse.dir": str(settings.root / "_warehouse"),
+        "spark.sql.warehouse.dir": settings.path("_warehouse"),
         # Executors on other hosts connect back to the driver at this address.
         "spark.driver.host": settings.spark_driver_host,
         "spark.driver.bindAddress": settings.spark_driver_host,
+        # An s3a:// root: endpoint, path style, region (credentials: the AWS chain, from env).
+        **storage.s3a_spark_conf(settings.root),
         # SPARK_CONF_<key> env vars: any other Spark setting (credentials, executor sizes).
         **settings.spark_conf_extra,
         # JVMs stay in UTC whatever extra options are passed.

@@ -311,7 +311,7 @@ def run_available_now(spark: SparkSession, settings: Settings, query: str) -> li
     """One checkpointed catch-up of `query`: every available record, then stop. Returns the
     progress reports of its batches (also recorded in `stream_progress`)."""
     progresses: list[dict] = []
-    with checkpoint_lock(settings.root, query):
+    with checkpoint_lock(settings.root, query, spark):
         for attempt in range(MAX_RESTARTS + 1):
             q = STARTERS[query](spark, settings, Trigger(available_now=True))
             try:

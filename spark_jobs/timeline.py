@@ -2,22 +2,22 @@
 
 Only aggregates leave Spark (about 120 rows per series, one row for the histogram); every value is
 collected as epoch microseconds and turned into UTC datetimes here, so nothing depends on the
-Python process's time zone. The drawing is `spark_jobs.timeline_html`.
+Python process's time zone. The drawing (plotly) is `spark_jobs.timeline_plot`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from lakehouse import storage
 from lakehouse.settings import Settings
 from spark_jobs.tables import BRONZE, LATE, PROGRESS, read_table
-from spark_jobs.timeline_html import Histogram, Series, TimelineData, choose_bucket, render, summary
+from spark_jobs.timeline_plot import Histogram, Series, TimelineData, choose_bucket, render, summary
 
 DEFAULT_DELAYS = tuple(timedelta(seconds=s) for s in (0, 5, 10, 30, 60, 120, 300, 900, 3600))
 US = 1_000_000
@@ -27,7 +27,7 @@ NO_WATERMARK_BEFORE_US = 86_400 * US
 
 @dataclass(frozen=True)
 class ReportResult:
-    path: Path
+    path: str  # a local path or an object-store URI
     summary: dict[str, Any]
 
 
@@ -216,7 +216,5 @@ def write_timeline(spark: SparkSession, settings: Settings, path: str | None = N
     """Collect, render and write the report (default `$LAKEHOUSE_ROOT/reports/timeline.html`);
     the summary is small enough for Dagster metadata."""
     data = collect_timeline(spark, settings)
-    target = Path(path) if path else settings.root / "reports" / "timeline.html"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render(data), encoding="utf-8")
-    return ReportResult(target, {"path": str(target), **summary(data)})
+    target = storage.write_text(path or settings.path("reports", "timeline.html"), render(data))
+    return ReportResult(target, {"path": target, **summary(data)})

@@ -1,9 +1,9 @@
 import os
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
+from lakehouse import storage
 from lakehouse.settings import Settings, SettingsError, parse_duration, spark_interval
 
 
@@ -11,7 +11,7 @@ def test_defaults_match_the_contract():
     s = Settings.from_env({})
     assert s.kafka_bootstrap_servers == "localhost:9092"
     assert s.events_topic == "events"
-    assert s.lakehouse_root == Path("./.lakehouse")
+    assert s.lakehouse_root == "./.lakehouse"
     assert s.window_size == timedelta(minutes=1)
     assert s.watermark_delay == timedelta(seconds=30)
     assert s.correction_horizon == timedelta(days=7)
@@ -33,6 +33,31 @@ def test_env_overrides_are_parsed():
     assert s.timestamp_policy == "kafka_timestamp"
     assert s.table_path("bronze_events") == "/data/lh/bronze_events"
     assert s.spark_kafka_options["kafka.bootstrap.servers"] == "a:1,b:2"
+
+
+def test_lakehouse_root_is_a_uri_on_every_store():
+    """s3a:// stays a URI (a Path would make it `s3a:/b`); delta-rs gets s3:// and non-secret
+    options from the same env; Spark gets s3a settings; no secret appears in either."""
+    env = {"LAKEHOUSE_ROOT": "s3a://bucket/lake/", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+           "AWS_ACCESS_KEY_ID": "AKIDSECRET", "AWS_SECRET_ACCESS_KEY": "shh-secret"}
+    s = Settings.from_env(env)
+    assert s.root == "s3a://bucket/lake" and s.local_root is None
+    assert s.table_path("bronze_events") == "s3a://bucket/lake/bronze_events"
+    assert s.checkpoint_path("bronze") == "s3a://bucket/lake/_checkpoints/bronze"
+    uri, options = storage.delta_rs_uri(s.table_path("x")), storage.delta_rs_options(s.root, env)
+    assert uri == "s3://bucket/lake/x"
+    assert options["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"
+    assert options["AWS_ALLOW_HTTP"] == "true"
+    conf = storage.s3a_spark_conf(s.root, env)
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert not any("SECRET" in v.upper() or "shh" in v for v in [*options.values(), *conf.values()])
+
+    local = Settings.from_env({"LAKEHOUSE_ROOT": "file:///data/lh"})
+    assert local.root == "/data/lh" and str(local.local_root) == "/data/lh"
+    relative = Settings.from_env({"LAKEHOUSE_ROOT": "lh"})
+    assert relative.root == os.path.abspath("lh")
+    assert storage.s3a_spark_conf(relative.root) == {} and storage.delta_rs_options("/x") == {}
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -7,10 +7,12 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
+from plotly.offline import get_plotlyjs
 
-from spark_jobs.timeline_html import (
+from spark_jobs.timeline_plot import (
     HISTOGRAM,
     TIMELINE_SERIES,
     WHAT_IF,
@@ -23,23 +25,42 @@ from spark_jobs.timeline_html import (
 )
 
 BASE = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
-SERIES_G = re.compile(r'<g class="series" data-series="([^"]+)" data-points="(\d+)"[^>]*>(.*?)</g>', re.S)
+ALL_SERIES = set(TIMELINE_SERIES) | {HISTOGRAM, WHAT_IF}
 
 
 def s(seconds: float) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def embedded(page: str) -> dict:
-    m = re.search(r'<script type="application/json" id="timeline-data">(.*?)</script>', page, re.S)
-    assert m, "no embedded JSON"
+def json_block(page: str, element_id: str) -> dict:
+    m = re.search(rf'<script type="application/json" id="{element_id}">(.*?)</script>', page, re.S)
+    assert m, f"no embedded JSON {element_id}"
     return json.loads(m.group(1))
 
 
-def markers(page: str) -> dict[str, tuple[int, str]]:
-    found = {name: (int(n), body) for name, n, body in SERIES_G.findall(page)}
-    assert len(found) == len(SERIES_G.findall(page)), "a series marker appears twice"
+def embedded(page: str) -> dict:
+    return json_block(page, "timeline-data")
+
+
+def traces(page: str) -> dict[str, dict]:
+    """The plotly figure's traces by series name (trace `meta`), each exactly once."""
+    data = json_block(page, "timeline-figure")["data"]
+    found = {t["meta"]: t for t in data}
+    assert len(found) == len(data), "a series is drawn twice"
     return found
+
+
+def no_data_panels(page: str) -> list[str]:
+    """The panels (by y axis: y = first panel ... y6 = histogram) that say "no data yet"."""
+    layout = json_block(page, "timeline-figure")["layout"]
+    refs = [a["yref"].split()[0] for a in layout["annotations"] if a["text"] == "no data yet"]
+    assert len(refs) == len(set(refs)), "a panel says it twice"
+    return sorted(refs, key=lambda r: int(r[1:] or 1))
+
+
+def visible(page: str) -> str:
+    """The page without its scripts (plotly.js, the figure and data JSON)."""
+    return re.sub(r"<script.*?</script>", "", page, flags=re.S)
 
 
 def sample() -> TimelineData:
@@ -64,42 +85,63 @@ def sample() -> TimelineData:
 
 
 # ---- rendering, no Spark --------------------------------------------------------------------------
-def test_every_series_has_a_marker_with_its_points_and_values():
+def test_every_series_is_drawn_with_its_values():
     data = sample()
     page = render(data)
-    body, found = embedded(page), markers(page)
-    assert set(found) == set(TIMELINE_SERIES) | {HISTOGRAM, WHAT_IF}
+    body, drawn = embedded(page), traces(page)
+    assert set(drawn) == ALL_SERIES
     for series in data.series:
         points = body["series"][series.name]["points"]
-        assert len(points) == len(series.points) == found[series.name][0]
-        assert found[series.name][1].count("<circle") == len(series.points)
+        assert len(points) == len(series.points) == len(drawn[series.name]["x"])
+    # Times are plotted as UTC wall-clock strings (plotly.js has no zones), values as given.
+    assert drawn["lateness_max"]["y"] == [30.0, 95.5, 12.0]
+    assert drawn["lateness_max"]["x"][1] == "2025-01-01 12:01:00.000000"
+    assert drawn["lateness_max"]["customdata"][1] == "1.59 min"
+    assert drawn["consumer_lag"]["y"] == [1200, 300, 0, 5]
+    assert drawn["watermark"]["y"] == ["2025-01-01 11:59:30.000000", "2025-01-01 12:00:20.000000"]
+    assert drawn[HISTOGRAM]["type"] == "bar" and drawn[HISTOGRAM]["y"] == [500, 40, 7, 1]
+    assert drawn[HISTOGRAM]["customdata"] == ["< 0 s", "0 s – 30 s", "30 s – 1 min", "≥ 1 min"]
+    # What-if points sit on the bin edges: edge k is between bar k and bar k + 1.
+    assert drawn[WHAT_IF]["x"] == [0.5, 1.5, 2.5] and drawn[WHAT_IF]["y"] == [48, 8, 1]
+    layout = json_block(page, "timeline-figure")["layout"]
+    titles = [a["text"] for a in layout["annotations"]]
+    for title in ("Event time vs broker append time", "Watermark progress (aggregates query)",
+                  "Consumer lag (bronze query)", "Batch duration", "Aggregate freshness",
+                  "Lateness histogram and what-if WATERMARK_DELAY"):
+        assert title in titles
+    assert "configured WATERMARK_DELAY 30 s" in titles and "WATERMARK_DELAY 30 s" in titles
+    assert "no data yet" not in titles
+    assert layout["yaxis2"]["type"] == "date" and layout["yaxis6"]["type"] == "log"
+    # The five timeline panels zoom together; the shared range is the data's span.
+    assert all(layout[f"xaxis{i}"]["matches"] == "x" for i in range(2, 6))
+    assert layout["xaxis"]["range"] == ["2025-01-01 12:00:00.000000", "2025-01-01 12:04:00.000000"]
     assert body["series"]["lateness_max"]["points"][1] == ["2025-01-01T12:01:00.000000Z", 95.5]
-    assert body["series"]["consumer_lag"]["points"][0] == ["2025-01-01T12:00:00.000000Z", 1200]
-    assert body["series"]["watermark"]["points"][0][1] == "2025-01-01T11:59:30.000000Z"
     assert body["series"][HISTOGRAM]["points"] == [[None, 500], [0.0, 40], [30.0, 7], [60.0, 1]]
-    assert found[HISTOGRAM][0] == 4 and found[HISTOGRAM][1].count("<rect") == 4
     assert body["series"][WHAT_IF]["points"] == [[0.0, 48], [30.0, 8], [60.0, 1]]
-    assert found[WHAT_IF][0] == 3
     assert (body["bucket_seconds"], body["late_events_rows"]) == (60.0, 3)
-    assert "no data yet" not in page
 
 
 def test_report_is_self_contained_and_labelled():
     page = render(sample())
-    assert "http" not in page and "<link" not in page and "src=" not in page
-    assert page.count("<script") == 1  # the JSON block only
-    assert "topic events&lt;x&gt;" in page and "events<x>" not in page.split("<script")[0]
-    assert "generated 2025-01-01 12:05:00 UTC" in page
-    assert "configured WATERMARK_DELAY 30 s" in page
-    assert "late_events table has 3 rows" in page and "estimated 8 late records" in page
-    assert "12:01" in page and "UTC, 2025-01-01" in page  # time ticks and axis label
+    # plotly.js is inline, exactly once; nothing is loaded from elsewhere.
+    assert page.count(get_plotlyjs()) == 1
+    assert not re.search(r"<script[^>]*\bsrc\s*=", page) and '<script src="http' not in page
+    assert "<link" not in page and "cdn.plot.ly" not in page.replace(get_plotlyjs(), "")
+    assert "<svg" not in page.replace(get_plotlyjs(), "")  # no hand-drawn SVG left
+    head = visible(page)
+    assert "topic events&lt;x&gt;" in head and "events<x>" not in head
+    assert "generated 2025-01-01 12:05:00 UTC" in head
+    assert "late_events table has 3 rows" in head and "estimated 8 late records" in head
+    assert "lateness p50 1.5 s, p99 20 s, max 1.59 min" in head
+    layout = json_block(page, "timeline-figure")["layout"]
+    assert layout["xaxis5"]["title"]["text"] == "arrival / batch time (UTC, 2025-01-01, 1 min buckets)"
 
 
-def test_empty_data_renders_no_data_yet():
+def test_empty_data_renders_no_data_yet_in_every_panel():
     page = render(TimelineData(topic="events", generated_at=BASE, watermark_delay=s(30)))
-    body, found = embedded(page), markers(page)
-    assert page.count("no data yet") == 6  # five timeline panels and the histogram
-    assert {n for n, _ in found.values()} == {0} and len(found) == 10
+    body, drawn = embedded(page), traces(page)
+    assert no_data_panels(page) == ["y", "y2", "y3", "y4", "y5", "y6"]
+    assert set(drawn) == ALL_SERIES and all(t["x"] == [] and t["y"] == [] for t in drawn.values())
     assert all(v["points"] == [] for v in body["series"].values())
     assert body["start"] is None and body["lateness_seconds"] == {}
 
@@ -112,9 +154,11 @@ def test_missing_progress_leaves_only_those_panels_empty():
         histogram=data.histogram, what_if=data.what_if,
     )
     page = render(lateness_only)
-    found = markers(page)
-    assert page.count("no data yet") == 4
-    assert found["lateness_p99"][0] == 3 and found["consumer_lag"][0] == 0 and found[HISTOGRAM][0] == 4
+    drawn = traces(page)
+    # Lateness (y) and the histogram (y6) have data; watermark, lag, durations, freshness do not.
+    assert no_data_panels(page) == ["y2", "y3", "y4", "y5"]
+    assert len(drawn["lateness_p99"]["y"]) == 3 and drawn["consumer_lag"]["y"] == []
+    assert drawn[HISTOGRAM]["y"] == [500, 40, 7, 1]
 
 
 def test_summary_for_metadata():
@@ -211,15 +255,16 @@ def test_write_timeline_on_hand_made_tables(spark, lakehouse):
     from spark_jobs.timeline import write_timeline
 
     result = write_timeline(spark, lakehouse)
-    assert result.path == lakehouse.root / "reports" / "timeline.html" and result.path.exists()
-    page = result.path.read_text(encoding="utf-8")
-    body, found = embedded(page), markers(page)
+    assert result.path == lakehouse.path("reports", "timeline.html")
+    page = Path(result.path).read_text(encoding="utf-8")
+    body, drawn = embedded(page), traces(page)
     series = {name: v["points"] for name, v in body["series"].items()}
-    assert all(found[name][0] == len(points) for name, points in series.items())
+    assert all(len(drawn[name]["y"]) == len(points) for name, points in series.items())
 
     # Span 12:00:00-12:00:32 -> 1 s buckets, so each batch is its own point.
     assert (body["bucket_seconds"], body["start"], body["end"]) == (1.0, iso(0), iso(33))
     assert series["consumer_lag"] == [[iso(10), 100], [iso(20), 40]]  # null lag skipped
+    assert drawn["consumer_lag"]["y"] == [100, 40] and drawn["watermark"]["y"][0] == "2025-01-01 11:59:30.000000"
     assert series["batch_duration_bronze"] == [[iso(10), 2.0], [iso(20), 1.0], [iso(30), 0.5]]
     assert series["batch_duration_aggregates"] == [[iso(12), 3.0], [iso(22), 1.2], [iso(32), 0.8]]
     assert series["watermark"] == [[iso(22), iso(-30)], [iso(32), iso(-25)]]  # epoch-0 watermark dropped
@@ -256,4 +301,4 @@ def test_collect_timeline_with_nothing_in_range_renders_empty(spark, lakehouse):
     data = collect_timeline(spark, lakehouse, since=BASE + timedelta(days=1))
     assert (data.start, data.bronze_rows, data.late_events_rows, data.histogram) == (None, 0, 0, None)
     assert data.series == () and data.lateness_overall == {}
-    assert render(data).count("no data yet") == 6
+    assert no_data_panels(render(data)) == ["y", "y2", "y3", "y4", "y5", "y6"]

@@ -1,0 +1,141 @@
+"""Where an instance keeps everything: LAKEHOUSE_ROOT as a URI (`/path`, `file:///path`,
+`s3a://bucket/prefix`, `abfss://...`, `gs://...`), never a `pathlib.Path` (which turns
+`s3a://b` into `s3a:/b`). Spark reaches it through Hadoop's FileSystem; delta-rs (sensors,
+summaries, the demo) through the URI and storage options derived here. Credentials are never
+part of these: both sides read them from the environment (AWS_ACCESS_KEY_ID, ...)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+def scheme(uri: str) -> str | None:
+    m = _SCHEME.match(uri)
+    return m.group(1).lower() if m else None
+
+
+def normalize_root(root: str) -> str:
+    """An absolute local path for a local root (relative paths resolve against the working
+    directory), else the URI without a trailing slash."""
+    kind = scheme(root)
+    if kind is None:
+        return os.path.abspath(os.path.expanduser(root))
+    if kind == "file":
+        return os.path.abspath(root[len("file://"):])
+    return root.rstrip("/")
+
+
+def join(root: str, *parts: str) -> str:
+    return "/".join([root.rstrip("/"), *[p.strip("/") for p in parts]])
+
+
+def local_path(uri: str) -> Path | None:
+    """The local path of a local URI, None for an object store."""
+    kind = scheme(uri)
+    if kind is None:
+        return Path(uri)
+    if kind == "file":
+        return Path(uri[len("file://"):])
+    return None
+
+
+def delta_rs_uri(uri: str) -> str:
+    """delta-rs spells Hadoop's s3a:// as s3://."""
+    return "s3://" + uri[len("s3a://"):] if scheme(uri) == "s3a" else uri
+
+
+def delta_rs_options(uri: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Non-secret storage options for delta-rs (endpoint, region, http, path-style); keys and
+    secrets stay in the environment, where delta-rs reads them too."""
+    env = os.environ if env is None else env
+    if scheme(uri) not in ("s3", "s3a"):
+        return {}
+    options: dict[str, str] = {}
+    endpoint = env.get("AWS_ENDPOINT_URL") or env.get("AWS_ENDPOINT_URL_S3")
+    if endpoint:
+        options["AWS_ENDPOINT_URL"] = endpoint
+        if endpoint.startswith("http://"):
+            options["AWS_ALLOW_HTTP"] = "true"
+    if env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"):
+        options["AWS_REGION"] = env.get("AWS_REGION") or env["AWS_DEFAULT_REGION"]
+    elif endpoint:
+        options["AWS_REGION"] = "us-east-1"
+    if endpoint and env.get("AWS_S3_PATH_STYLE", "true").lower() in ("1", "true", "yes"):
+        options["AWS_S3_ADDRESSING_STYLE"] = "path"
+        options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
+    # Delta on S3 without a commit coordinator: one writing driver per table (README).
+    options["AWS_S3_ALLOW_UNSAFE_RENAME"] = "true"
+    return options
+
+
+def s3a_spark_conf(uri: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Hadoop s3a settings for an s3a:// root (endpoint, path style, SSL, region); credentials
+    come from the environment through the default AWS credentials chain."""
+    env = os.environ if env is None else env
+    if scheme(uri) != "s3a":
+        return {}
+    conf = {"spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
+    endpoint = env.get("AWS_ENDPOINT_URL") or env.get("AWS_ENDPOINT_URL_S3")
+    if endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
+            endpoint.startswith("https://")).lower()
+        path_style = env.get("AWS_S3_PATH_STYLE", "true").lower() in ("1", "true", "yes")
+        conf["spark.hadoop.fs.s3a.path.style.access"] = str(path_style).lower()
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or (
+        "us-east-1" if endpoint else None)
+    if region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = region
+    return conf
+
+
+def write_text(uri: str, text: str, env: Mapping[str, str] | None = None) -> str:
+    """Write a small text file (a report) at a local path or object-store URI; returns the URI.
+    Object stores go through pyarrow's filesystem with the same non-secret options as delta-rs
+    (keys from the environment)."""
+    local = local_path(uri)
+    if local is not None:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text(text)
+        return str(local)
+
+    filesystem, path = _arrow_fs(uri, env)
+    with filesystem.open_output_stream(path) as out:
+        out.write(text.encode())
+    return uri
+
+
+def read_text(uri: str, env: Mapping[str, str] | None = None) -> str | None:
+    local = local_path(uri)
+    if local is not None:
+        return local.read_text() if local.exists() else None
+    from pyarrow import fs
+
+    filesystem, path = _arrow_fs(uri, env)
+    if filesystem.get_file_info(path).type == fs.FileType.NotFound:
+        return None
+    with filesystem.open_input_stream(path) as stream:
+        return stream.read().decode()
+
+
+def _arrow_fs(uri: str, env: Mapping[str, str] | None):
+    from pyarrow import fs
+
+    env = os.environ if env is None else env
+    kind = scheme(uri)
+    if kind in ("s3", "s3a"):
+        endpoint = env.get("AWS_ENDPOINT_URL") or env.get("AWS_ENDPOINT_URL_S3")
+        options = delta_rs_options(uri, env)
+        filesystem = fs.S3FileSystem(
+            endpoint_override=endpoint.split("://", 1)[1] if endpoint else None,
+            scheme=endpoint.split("://", 1)[0] if endpoint else "https",
+            region=options.get("AWS_REGION"),
+            force_virtual_addressing=False,
+        )
+        return filesystem, uri.split("://", 1)[1]
+    return fs.FileSystem.from_uri(uri)

@@ -1,0 +1,435 @@
+"""Prometheus metrics of the streaming service (`make stream`) on
+`127.0.0.1:$METRICS_PORT/metrics` (default 9108), in a registry of their own (never the
+process-global one, so two instances can live in one process, e.g. in tests).
+
+Nothing here runs a Spark job. The sources are:
+
+- the `StreamingQueryProgress` reports the service already polls for `stream_progress`
+  (`observe_progress`): batch durations, input rates and counts, rows dropped by the watermark,
+  the watermark, the bronze query's end offsets, the time of the last successful batch;
+- the Kafka end offsets (`lakehouse.kafka_admin.topic_offsets`, one batched request), polled by a
+  background thread every `poll_seconds` (5 s): consumer lag per partition = end offset - the
+  bronze query's processed end offset (Spark commits no consumer-group offsets, DESIGN §8);
+- the Delta logs of `quarantined_events` and `late_events`, followed commit by commit by the same
+  thread: the records each blind append added, from the `add` actions' `numRecords` statistic.
+  The quarantine reason is a per-file min/max statistic too; a file holding several reasons
+  (the bronze batch wrote them together) has its `reason` column read, which is a few rows:
+  quarantined records are rare. Counting from the log instead of in the batch keeps the
+  foreachBatch hot path as it was, and counts exactly what was committed (a re-run batch that
+  Delta's txnAppId skips adds nothing);
+- the streaming checkpoints, once at start (`seed_from_checkpoints`): the last committed
+  positions, watermark and commit times, so lag and freshness are known before the first batch
+  of a restarted service finishes.
+
+Counters count what happened since the service started (Prometheus handles the reset of a
+restart in `rate()`/`increase()`); gauges read "now" at scrape time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from urllib.parse import unquote
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from lakehouse.kafka_admin import PartitionOffsets, topic_offsets
+from lakehouse.settings import Settings
+from spark_jobs import checkpoint as ckpt
+from spark_jobs.checkpoint import AGG_QUERY, BRONZE_QUERY
+from spark_jobs.parse import REASONS
+
+QUERIES = (BRONZE_QUERY, AGG_QUERY)
+ADDRESS = "127.0.0.1"
+POLL_SECONDS = 5.0
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, math.inf)
+# Before its first event a query reports watermark 0 (1970-01-01): that is "no watermark yet".
+NO_WATERMARK_BEFORE_S = 86_400
+
+
+def _epoch_s(text: str | None) -> float | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+# ---- Delta logs ----------------------------------------------------------------------------------
+class DeltaAppends:
+    """Follows a Delta table's log from the version current at construction and returns the
+    `add` actions of each later commit that only appended data (data-changing adds, no
+    removes: what the stream's appends are; an OPTIMIZE, MERGE or overwrite adds nothing
+    here). Reads `_delta_log/<version>.json` files through pyarrow's filesystems, so local
+    roots and object stores (`s3a://` read as `s3://`) work alike."""
+
+    def __init__(self, table_uri: str):
+        from pyarrow import fs as pafs
+
+        uri = "s3://" + table_uri[len("s3a://"):] if table_uri.startswith("s3a://") else table_uri
+        if "://" in uri:
+            self.fs, self.base = pafs.FileSystem.from_uri(uri)
+        else:
+            self.fs, self.base = pafs.LocalFileSystem(), uri
+        self.version = self._latest_version()
+
+    def _log(self, name: str = "") -> str:
+        return f"{self.base.rstrip('/')}/_delta_log/{name}"
+
+    def _latest_version(self) -> int:
+        """The newest commit version, -1 when the table does not exist yet (so its creation and
+        every later commit are new)."""
+        from pyarrow import fs as pafs
+
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self._log(), allow_not_found=True))
+        except FileNotFoundError:
+            return -1
+        versions = [int(i.base_name[:-5]) for i in infos
+                    if i.base_name.endswith(".json") and i.base_name[:-5].isdigit()]
+        return max(versions, default=-1)
+
+    def _read(self, version: int) -> str | None:
+        try:
+            with self.fs.open_input_stream(self._log(f"{version:020d}.json")) as f:
+                return f.read().decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def new_appends(self) -> list[dict]:
+        adds: list[dict] = []
+        while (text := self._read(self.version + 1)) is not None:
+            actions = [json.loads(line) for line in text.splitlines() if line.strip()]
+            if not any("remove" in a for a in actions):
+                adds += [a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)]
+            self.version += 1
+        return adds
+
+    def file_path(self, add: dict) -> str:
+        path = unquote(add["path"])
+        return path if "://" in path else f"{self.base.rstrip('/')}/{path}"
+
+
+def _records(add: dict) -> int:
+    return int(json.loads(add.get("stats") or "{}").get("numRecords", 0))
+
+
+def reasons_of(follower: DeltaAppends, adds: Iterable[dict]) -> Tally:
+    """Quarantined records per reason in these added files: from the file's min/max statistics
+    when they agree, else from its `reason` column."""
+    import pyarrow.parquet as pq
+
+    tally: Tally = Tally()
+    for add in adds:
+        stats = json.loads(add.get("stats") or "{}")
+        lo = (stats.get("minValues") or {}).get("reason")
+        hi = (stats.get("maxValues") or {}).get("reason")
+        if lo is not None and lo == hi and "numRecords" in stats:
+            tally[lo] += int(stats["numRecords"])
+            continue
+        column = pq.read_table(follower.file_path(add), columns=["reason"],
+                               filesystem=follower.fs).column("reason")
+        tally.update(column.to_pylist())
+    return tally
+
+
+# ---- metrics -------------------------------------------------------------------------------------
+class StreamMetrics:
+    """The service's metrics. `observe_progress` is called with each query's progress reports,
+    `poll` (a background thread after `start`) reads Kafka offsets and the Delta logs, and the
+    HTTP server renders everything at scrape time."""
+
+    def __init__(self, settings: Settings, registry: CollectorRegistry | None = None,
+                 offsets: Callable[[Settings], list[PartitionOffsets]] = topic_offsets,
+                 clock: Callable[[], float] = time.time, poll_seconds: float = POLL_SECONDS):
+        self.settings = settings
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._offsets = offsets
+        self._clock = clock
+        self.poll_seconds = poll_seconds
+        self._lock = threading.Lock()
+        self._latest: dict[int, int] = {}  # Kafka end offset per partition
+        self._earliest: dict[int, int] = {}
+        self._processed: dict[int, int] | None = None  # the bronze query's end offset per partition
+        self._watermark_s: float | None = None
+        self._last_success: dict[str, float] = {}
+        self._last_trigger: dict[str, str] = {}  # newest progress `timestamp` seen per query
+        self._followers: dict[str, DeltaAppends] = {}
+        self._errors: dict[str, str] = {}
+        self._server = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+        r = self.registry
+        self.batch_duration = Histogram(
+            "lakehouse_stream_batch_duration_seconds",
+            "Wall time of each micro-batch (durationMs.triggerExecution), per query.",
+            ["query"], registry=r, buckets=DURATION_BUCKETS)
+        self.input_records = Counter(
+            "lakehouse_stream_input_records",
+            "Records read by the query's micro-batches (numInputRows).", ["query"], registry=r)
+        self.dropped = Counter(
+            "lakehouse_stream_rows_dropped_by_watermark",
+            "Input rows the query's stateful operators dropped as behind the watermark "
+            "(numRowsDroppedByWatermark).", ["query"], registry=r)
+        self.late_events = Counter(
+            "lakehouse_late_events",
+            "Rows appended to late_events: events at or below their batch's watermark, kept "
+            "for the corrections job.", registry=r)
+        self.quarantined = Counter(
+            "lakehouse_quarantined_records",
+            "Records appended to quarantined_events, by reason code.", ["reason"], registry=r)
+        self.poll_errors = Counter(
+            "lakehouse_metrics_poll_errors",
+            "Failed polls of a metrics source (kafka, quarantined_events, late_events).",
+            ["source"], registry=r)
+        for q in QUERIES:
+            self.batch_duration.labels(q)
+            self.input_records.labels(q)
+        self.dropped.labels(AGG_QUERY)
+        for reason in REASONS:
+            self.quarantined.labels(reason)
+        for source in ("kafka", "quarantined_events", "late_events"):
+            self.poll_errors.labels(source)
+        self._rates: dict[tuple[str, str], float] = {}
+        r.register(_Gauges(self))
+
+    # ---- progress --------------------------------------------------------------------------
+    def observe_progress(self, query: str, progresses: Iterable[dict]) -> int:
+        """Take in a query's progress reports (all of `recentProgress` is fine: reports already
+        seen, by their trigger timestamp, are skipped). Returns how many were new."""
+        new = 0
+        for p in sorted(progresses, key=lambda p: p.get("timestamp") or ""):
+            stamp = p.get("timestamp") or ""
+            if stamp <= self._last_trigger.get(query, ""):
+                continue
+            self._last_trigger[query] = stamp
+            new += 1
+            self._observe(query, p)
+        return new
+
+    def _observe(self, query: str, p: dict) -> None:
+        durations = p.get("durationMs") or {}
+        executed = "addBatch" in durations  # else an idle report: no batch ran
+        started = _epoch_s(p.get("timestamp"))
+        seconds = float(durations.get("triggerExecution", 0)) / 1000
+        if executed:
+            self.batch_duration.labels(query).observe(seconds)
+            self.input_records.labels(query).inc(int(p.get("numInputRows") or 0))
+            dropped = sum(int(s.get("numRowsDroppedByWatermark") or 0)
+                          for s in p.get("stateOperators") or [])
+            if dropped:
+                self.dropped.labels(query).inc(dropped)
+        source = (p.get("sources") or [{}])[0]
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                end = None
+        watermark = _epoch_s((p.get("eventTime") or {}).get("watermark"))
+        with self._lock:
+            self._rates[(query, "input")] = float(p.get("inputRowsPerSecond") or 0.0)
+            self._rates[(query, "processed")] = float(p.get("processedRowsPerSecond") or 0.0)
+            if executed and started is not None:
+                self._last_success[query] = max(self._last_success.get(query, 0.0), started + seconds)
+            if query == BRONZE_QUERY and isinstance(end, dict):
+                by_partition = end.get(self.settings.events_topic)
+                if isinstance(by_partition, dict):
+                    self._processed = {int(k): int(v) for k, v in by_partition.items()}
+            if query == AGG_QUERY and watermark is not None and watermark >= NO_WATERMARK_BEFORE_S:
+                self._watermark_s = max(self._watermark_s or 0.0, watermark)
+
+    def seed_from_checkpoints(self, spark) -> None:
+        """What the checkpoints say before the first batch reports: the bronze query's
+        processed offsets, the aggregation's watermark and each query's last commit time.
+        Reads a few checkpoint files through Hadoop's FileSystem (no Spark job)."""
+        try:
+            path = self.settings.checkpoint_path(BRONZE_QUERY)
+            last = ckpt.last_committed_batch(spark, path)
+            offsets = ckpt.batch_offsets(spark, path, last) if last is not None else None
+            end = ((offsets.sources[0] or {}).get(self.settings.events_topic)
+                   if offsets and offsets.sources else None)
+            watermark = ckpt.stream_watermark(spark, self.settings)
+            times = {q: ckpt.last_commit_time(spark, self.settings.checkpoint_path(q)) for q in QUERIES}
+        except Exception as exc:  # noqa: BLE001 - metrics must never stop the service
+            print(f"metrics: could not read the checkpoints: {exc}", file=sys.stderr, flush=True)
+            return
+        with self._lock:
+            if end and self._processed is None:
+                self._processed = {int(k): int(v) for k, v in end.items()}
+            if watermark is not None and self._watermark_s is None:
+                self._watermark_s = watermark.timestamp()
+            for q, t in times.items():
+                if t is not None:
+                    self._last_success.setdefault(q, t)
+
+    # ---- polling ---------------------------------------------------------------------------
+    def _follow(self, name: str) -> DeltaAppends:
+        if name not in self._followers:
+            self._followers[name] = DeltaAppends(self.settings.table_path(name))
+        return self._followers[name]
+
+    def _guard(self, source: str, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - count it, say it once, keep polling
+            self.poll_errors.labels(source).inc()
+            if self._errors.get(source) != str(exc):
+                print(f"metrics: polling {source} failed: {exc}", file=sys.stderr, flush=True)
+            self._errors[source] = str(exc)
+        else:
+            self._errors.pop(source, None)
+
+    def start_following_tables(self) -> None:
+        """Start the Delta-log followers at the tables' current versions: records committed
+        from now on are counted (call before the queries start)."""
+        for name in ("quarantined_events", "late_events"):
+            self._guard(name, lambda name=name: self._follow(name))
+
+    def poll(self) -> None:
+        """One round: Kafka end offsets, then the new commits of the two Delta tables."""
+        def kafka() -> None:
+            offsets = self._offsets(self.settings)
+            with self._lock:
+                self._latest = {o.partition: o.latest for o in offsets}
+                self._earliest = {o.partition: o.earliest for o in offsets}
+
+        def quarantine() -> None:
+            follower = self._follow("quarantined_events")
+            for reason, n in reasons_of(follower, follower.new_appends()).items():
+                self.quarantined.labels(reason).inc(n)
+
+        def late() -> None:
+            n = sum(_records(a) for a in self._follow("late_events").new_appends())
+            if n:
+                self.late_events.inc(n)
+
+        self._guard("kafka", kafka)
+        self._guard("quarantined_events", quarantine)
+        self._guard("late_events", late)
+
+    def _run(self) -> None:
+        while True:
+            self.poll()
+            if self._stop.wait(self.poll_seconds):
+                return
+
+    # ---- scrape-time gauges ----------------------------------------------------------------
+    def lag(self) -> dict[int, int]:
+        """Records behind per partition; {} until both the topic's end offsets and the stream's
+        position are known. A partition the stream has not read yet counts from its earliest
+        retained offset (where a new checkpoint starts)."""
+        with self._lock:
+            if self._processed is None:
+                return {}
+            return {p: max(0, end - self._processed.get(p, self._earliest.get(p, 0)))
+                    for p, end in sorted(self._latest.items())}
+
+    def gauges(self) -> Iterator[Metric]:
+        now = self._clock()
+        with self._lock:
+            watermark = self._watermark_s
+            last_success = dict(self._last_success)
+            rates = dict(self._rates)
+        lag = GaugeMetricFamily(
+            "lakehouse_kafka_consumer_lag_records",
+            "Kafka end offset minus the bronze query's processed end offset, per partition.",
+            labels=["topic", "partition"])
+        for p, n in self.lag().items():
+            lag.add_metric([self.settings.events_topic, str(p)], n)
+        yield lag
+        for kind, doc in (("input", "Records per second arriving at the query in its last "
+                                    "trigger (inputRowsPerSecond)."),
+                          ("processed", "Records per second the query processed in its last "
+                                        "trigger (processedRowsPerSecond).")):
+            rate = GaugeMetricFamily(f"lakehouse_stream_{kind}_records_per_second", doc,
+                                     labels=["query"])
+            for (q, k), v in sorted(rates.items()):
+                if k == kind:
+                    rate.add_metric([q], v)
+            yield rate
+        success = GaugeMetricFamily(
+            "lakehouse_stream_last_success_timestamp_seconds",
+            "When the query's last micro-batch completed (unix seconds).", labels=["query"])
+        for q, t in sorted(last_success.items()):
+            success.add_metric([q], t)
+        yield success
+        if watermark is None:
+            return
+        yield GaugeMetricFamily(
+            "lakehouse_stream_watermark_timestamp_seconds",
+            "The aggregation query's event-time watermark (unix seconds): max event time seen "
+            "minus WATERMARK_DELAY.", value=watermark)
+        yield GaugeMetricFamily(
+            "lakehouse_stream_watermark_delay_seconds",
+            "How far the watermark is behind now (seconds): WATERMARK_DELAY plus how old the "
+            "newest event is.", value=now - watermark)
+        window = self.settings.window_size.total_seconds()
+        closed_end = math.floor(watermark / window) * window
+        yield GaugeMetricFamily(
+            "lakehouse_aggregate_freshness_seconds",
+            "Age of the newest closed (final) window of streaming_aggregates: now minus the end "
+            "of the newest window at or below the watermark (seconds).", value=now - closed_end)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def start(self, port: int | None = None, address: str = ADDRESS) -> bool:
+        """Serve /metrics and start polling. A port in use is reported, not fatal: the stream
+        matters more than its metrics (and Prometheus shows the target down). Returns whether
+        the server is up."""
+        port = self.settings.metrics_port if port is None else port
+        try:
+            self._server, _ = start_http_server(port, addr=address, registry=self.registry)
+        except OSError as exc:
+            print(f"metrics: cannot serve on {address}:{port} ({exc}); running without metrics",
+                  file=sys.stderr, flush=True)
+            return False
+        self.start_following_tables()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="metrics-poll", daemon=True)
+        self._thread.start()
+        print(f"metrics on http://{address}:{port}/metrics", flush=True)
+        return True
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class _Gauges:
+    """Registry adapter: the gauges computed at scrape time."""
+
+    def __init__(self, metrics: StreamMetrics):
+        self._metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        return self._metrics.gauges()
+
+
+@contextmanager
+def serving(settings: Settings, spark=None, **kw) -> Iterator[StreamMetrics]:
+    """`StreamMetrics` serving for the duration of the block (seeded from the checkpoints when
+    `spark` is given)."""
+    metrics = StreamMetrics(settings, **kw)
+    if spark is not None:
+        metrics.seed_from_checkpoints(spark)
+    metrics.start()
+    try:
+        yield metrics
+    finally:
+        metrics.stop()
