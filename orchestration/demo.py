@@ -4,94 +4,304 @@ Produces the day in arrival-ordered chunks with a stream catch-up after each (so
 arrive behind the watermark really are late for the fast path), then runs corrections, replay
 and the blocking reconciliation check for every event date, and prints a summary. The runs are
 recorded in $DAGSTER_HOME, so `make ui` shows them afterwards.
+
+The console gets one line per step (each Dagster run: job, partition, ok/FAILED, seconds, run
+id) and, on a terminal, a live line while a step runs. Dagster's event stream stays in the run
+storage (the UI shows it); Spark's and Dagster's console output goes to $DAGSTER_HOME/demo.log.
+`DEMO_VERBOSE=1` shows all of it on the console instead. A failed run prints its error and where
+to read its logs, and the demo exits non-zero.
+
+Knobs (demo only): DEMO_EVENTS (40000), DEMO_CHUNKS (4), DEMO_SEED (now), DEMO_SPAN (1 day of
+event time, ending now).
 """
+
+from __future__ import annotations
 
 import os
 import sys
 import time
-from datetime import date
+import traceback
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date, timedelta
 
-from dagster import DagsterInstance
+from lakehouse.settings import Settings, SettingsError, parse_duration
+from orchestration.console import Console, quiet_process_output
 
-from lakehouse.generator import GeneratorConfig, generate, produce
-from lakehouse.settings import Settings
-from lakehouse.table_reads import compare_tables, table_counts
-from orchestration.definitions import defs
+# Dagster's console logger at WARNING: the DEBUG event stream still goes to the run storage.
+QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+ERROR_CHARS = 300
 
 
-def _run(job_name: str, instance: DagsterInstance, **kwargs):
-    result = defs.get_job_def(job_name).execute_in_process(
-        instance=instance, raise_on_error=False, **kwargs
-    )
-    checks = [
-        e.asset_check_evaluation_data
-        for e in result.all_events
-        if e.event_type_value == "ASSET_CHECK_EVALUATION"
-    ]
-    return result, checks
+class DemoError(Exception):
+    """The demo cannot start: a bad knob or environment (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Knobs:
+    count: int
+    chunks: int
+    seed: int
+    span: timedelta
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Knobs:
+        def positive(name: str, default: int) -> int:
+            raw = env.get(name, "").strip() or str(default)
+            if not raw.isdigit() or int(raw) <= 0:
+                raise DemoError(f"{name}={raw!r} must be a positive integer")
+            return int(raw)
+
+        seed = env.get("DEMO_SEED", "").strip() or str(int(time.time()))
+        if not seed.lstrip("-").isdigit():
+            raise DemoError(f"DEMO_SEED={seed!r} must be an integer")
+        try:
+            span = parse_duration(env.get("DEMO_SPAN", "").strip() or "1 day", "DEMO_SPAN")
+        except SettingsError as exc:
+            raise DemoError(str(exc)) from exc
+        return cls(positive("DEMO_EVENTS", 40000), positive("DEMO_CHUNKS", 4), int(seed), span)
+
+
+@dataclass
+class RunOutcome:
+    job: str
+    partition: str | None
+    run_id: str
+    seconds: float
+    success: bool
+    error: str | None = None
+    checks: list = field(default_factory=list)
+    result: object = None
+
+    @property
+    def proven(self) -> bool:
+        return self.success and bool(self.checks) and all(c.passed for c in self.checks)
+
+
+def short(text: str, limit: int = ERROR_CHARS) -> str:
+    first = next((line.strip() for line in str(text).splitlines() if line.strip()), "")
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def run_error(result) -> str | None:
+    """The first failed step's error (the user code's, not Dagster's wrapper), else the run's
+    failure message or the failed checks."""
+    failed_checks = []
+    for event in result.all_events:
+        if event.event_type_value == "STEP_FAILURE":
+            error = event.step_failure_data.error
+            while error.cause is not None and (error.cls_name or "").startswith("Dagster"):
+                error = error.cause
+            head, sep, rest = short(error.message, 10 * ERROR_CHARS).partition(": ")
+            if error.cls_name and head.split(".")[-1] == error.cls_name:
+                message = f"{error.cls_name}: {rest}"  # without the module path
+            else:
+                message = f"{error.cls_name}: {head}{sep}{rest}" if error.cls_name else head + sep + rest
+            return f"step {event.step_key}: {short(message)}"
+        if event.event_type_value == "ASSET_CHECK_EVALUATION":
+            check = event.asset_check_evaluation_data
+            if not check.passed:
+                failed_checks.append(check.check_name)
+    if failed_checks:
+        return "failed checks: " + ", ".join(failed_checks)
+    failure = next((e for e in result.all_events if e.event_type_value == "RUN_FAILURE"), None)
+    return short(failure.message) if failure is not None else None
+
+
+class Demo:
+    def __init__(self, settings: Settings, instance, console: Console, log_path: str | None):
+        from orchestration.definitions import defs
+
+        self.defs = defs
+        self.settings = settings
+        self.instance = instance
+        self.console = console
+        self.log_path = log_path
+        self.failures: list[RunOutcome] = []
+
+    def run(self, job_name: str, partition: str | None = None, note: str = "") -> RunOutcome:
+        run_id = str(uuid.uuid4())
+        step = {"key": ""}
+
+        def on_event(entry) -> None:
+            event = entry.dagster_event
+            if event is not None and event.event_type_value == "STEP_START":
+                step["key"] = entry.step_key or ""
+
+        self.instance.add_event_listener(run_id, on_event)
+        label = f"  {job_name:16s} {partition or '':11s}"
+        start = time.monotonic()
+        outcome = RunOutcome(job_name, partition, run_id, 0.0, False)
+        with self.console.running(label.rstrip(), lambda: step["key"]):
+            try:
+                result = self.defs.get_job_def(job_name).execute_in_process(
+                    instance=self.instance, raise_on_error=False, run_id=run_id,
+                    partition_key=partition,
+                    run_config=None if self.settings.demo_verbose else QUIET_RUN_CONFIG,
+                )
+            except Exception as exc:  # noqa: BLE001 - e.g. invalid config: report as the run's
+                traceback.print_exc()  # to the log file (or the console when verbose)
+                outcome.error = short(f"{type(exc).__name__}: {exc}")
+            else:
+                outcome.result = result
+                outcome.success = result.success
+                outcome.checks = [e.asset_check_evaluation_data for e in result.all_events
+                                  if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+                if not result.success:
+                    outcome.error = run_error(result) or "the run failed"
+        outcome.seconds = time.monotonic() - start
+        self.console.line(f"{label} {'ok' if outcome.success else 'FAILED':6s} "
+                          f"{outcome.seconds:6.1f}s  run {run_id}" + (f"  ({note})" if note else ""))
+        if not outcome.success:
+            self.failures.append(outcome)
+            self.explain(outcome)
+        return outcome
+
+    def explain(self, outcome: RunOutcome) -> None:
+        port = os.environ.get("DAGSTER_PORT", "3000")
+        self.console.line(f"    error: {outcome.error}")
+        where = (f"    logs: `make ui` (DAGSTER_HOME={self.instance.root_directory}), then "
+                 f"http://127.0.0.1:{port}/runs/{outcome.run_id}")
+        self.console.line(where + (f"; console output: {self.log_path}" if self.log_path else ""))
+
+    def produce(self, records, label: str) -> None:
+        from lakehouse.generator import produce
+
+        start = time.monotonic()
+        with self.console.running(f"  {'produce':16s} {label}"):
+            produce(self.settings, records)
+        self.console.line(f"  {'produce':16s} {label:11s} {len(records)} records "
+                          f"{time.monotonic() - start:6.1f}s")
 
 
 def _has_bronze(settings: Settings) -> bool:
     from deltalake import DeltaTable
 
-    return DeltaTable.is_deltatable(settings.table_path("bronze_events"))
+    uri, options = settings.delta_rs("bronze_events")
+    return DeltaTable.is_deltatable(uri, storage_options=options)
 
 
-def main() -> int:
-    settings = Settings.from_env()
-    count = int(os.environ.get("DEMO_EVENTS", "40000"))
-    chunks = int(os.environ.get("DEMO_CHUNKS", "4"))
-    seed = int(os.environ.get("DEMO_SEED", str(int(time.time()))))
-    instance = DagsterInstance.get()
-    generated = generate(GeneratorConfig(count=count, seed=seed))
+def demo(settings: Settings, knobs: Knobs, instance, console: Console,
+         log_path: str | None) -> int:
+    from lakehouse.generator import GeneratorConfig, generate
+    from lakehouse.table_reads import compare_tables, table_counts
+
+    generated = generate(GeneratorConfig(count=knobs.count, seed=knobs.seed, span=knobs.span))
     kinds = generated.kinds()
-    print(f"demo: {count} records (seed {seed}) to topic {settings.events_topic!r} "
-          f"in {chunks} chunks; lakehouse at {settings.root}")
+    console.line(f"demo: {knobs.count} records (seed {knobs.seed}) to topic "
+                 f"{settings.events_topic!r} in {knobs.chunks} chunks; lakehouse at {settings.root}")
+    console.line(f"  runs recorded in {instance.root_directory} (`make ui`)"
+                 + (f"; Spark/Dagster console output in {log_path}" if log_path else ""))
+    run = Demo(settings, instance, console, log_path)
     before = table_counts(settings)["bronze_rows"] if _has_bronze(settings) else 0
     if before:
-        print(f"  note: the lakehouse already holds {before} bronze rows from earlier runs; the "
-              "summary counts them too, and this run's events may land behind their watermark "
-              "(late). `make clean` starts from scratch.")
-    step = -(-len(generated.records) // chunks)
-    for i in range(chunks):
-        part = generated.records[i * step:(i + 1) * step]
-        produce(settings, part)
-        result, _ = _run("stream_catch_up", instance)
-        print(f"  chunk {i + 1}/{chunks}: produced {len(part)}, stream catch-up "
-              f"{'ok' if result.success else 'FAILED'}")
-        if not result.success:
+        console.line(f"  note: the lakehouse already holds {before} bronze rows from earlier runs; "
+                     "the summary counts them too (`make clean` starts from scratch)")
+    step = -(-len(generated.records) // knobs.chunks)
+    for i in range(knobs.chunks):
+        run.produce(generated.records[i * step:(i + 1) * step], f"chunk {i + 1}/{knobs.chunks}")
+        if not run.run("stream_catch_up").success:
             return 1
-        if i == chunks // 2 - 1:
+        if i == knobs.chunks // 2 - 1:
             # Publish what is there mid-way, so later late events correct published windows.
             for d in sorted(table_counts(settings)["bronze_dates"]):
-                _run("reconcile_dates", instance, partition_key=d.isoformat())
-            print("  published the dates seen so far (later late events will correct them)")
+                run.run("reconcile_dates", d.isoformat(), note="published mid-way")
     dates = sorted(table_counts(settings)["bronze_dates"])
     verdicts: dict[date, bool] = {}
     for d in dates:
-        result, checks = _run("reconcile_dates", instance, partition_key=d.isoformat())
-        verdicts[d] = result.success and bool(checks) and all(c.passed for c in checks)
-    report, _ = _run("report_timeline", instance)
+        verdicts[d] = run.run("reconcile_dates", d.isoformat()).proven
+    report = run.run("report_timeline")
     counts = table_counts(settings)
-    print("\nsummary")
-    print(f"  produced           {len(generated.records)}  "
-          f"(late {kinds['late']}, duplicates {kinds['duplicate'] + kinds['late_duplicate']}, "
-          f"malformed {sum(v for k, v in kinds.items() if k not in ('event', 'late', 'duplicate', 'late_duplicate'))})")
+    console.line()
+    console.line("summary")
+    console.line(
+        f"  produced           {len(generated.records)}  "
+        f"(late {kinds['late']}, duplicates {kinds['duplicate'] + kinds['late_duplicate']}, "
+        f"malformed {sum(v for k, v in kinds.items() if k not in ('event', 'late', 'duplicate', 'late_duplicate'))})")
     for k in ("bronze_rows", "duplicate_rows", "quarantined", "late_events", "streaming_windows",
               "reconciled_windows", "corrections"):
-        print(f"  {k:18s} {counts[k]}")
-    print(f"  quarantine reasons {counts['quarantine_reasons']}")
+        console.line(f"  {k:18s} {counts[k]}")
+    console.line(f"  quarantine reasons {counts['quarantine_reasons']}")
     ok = True
     for d in dates:
         diff = compare_tables(settings, d)
         equal = verdicts[d] and diff == 0
         ok &= equal
-        print(f"  {d}: reconciled == replay: {'yes' if equal else f'NO ({diff} windows differ)'}"
-              f" (GX check {'passed' if verdicts[d] else 'FAILED'})")
-    report_path = settings.root / "reports" / "timeline.html"
-    print(f"  timeline report    {report_path if report.success else 'FAILED'}")
-    return 0 if ok and report.success else 1
+        console.line(f"  {d}: reconciled == replay: {'yes' if equal else f'NO ({diff} windows differ)'}"
+                     f" (GX check {'passed' if verdicts[d] else 'FAILED'})")
+    path = settings.path("reports", "timeline.html")
+    if report.success:
+        path = next((m.metadata["path"].value
+                     for m in report.result.asset_materializations_for_node("timeline_report")
+                     if "path" in m.metadata), path)
+    console.line(f"  timeline report    {path if report.success else 'FAILED'}")
+    return 0 if ok and not run.failures else 1
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    env = os.environ if env is None else env
+    try:
+        settings = Settings.from_env(env)
+        knobs = Knobs.from_env(env)
+        if not env.get("DAGSTER_HOME"):
+            raise DemoError("DAGSTER_HOME is not set: run `make demo`, or set it to a folder "
+                            "holding a dagster.yaml (cp infra/dagster.yaml)")
+    except (SettingsError, DemoError) as exc:
+        print(f"demo: error: {exc}", file=sys.stderr)
+        return 2
+    from dagster import DagsterInstance
+
+    instance = DagsterInstance.get()
+    if settings.demo_verbose:
+        console = Console(sys.stdout, live=False)
+        try:
+            return _guarded(lambda: demo(settings, knobs, instance, console, None), None,
+                            console)
+        finally:
+            _stop_spark()
+    log_path = os.path.join(instance.root_directory, "demo.log")
+    with quiet_process_output(log_path) as stream:
+        console = Console(stream)
+        try:
+            return _guarded(lambda: demo(settings, knobs, instance, console, log_path),
+                            log_path, console)
+        finally:
+            _stop_spark()
+
+
+def _stop_spark() -> None:
+    """Stop the Spark session the runs shared (the `spark` resource keeps it for the process)
+    while the interpreter is whole: the JVM and py4j's callback threads end cleanly instead of
+    during interpreter teardown (its output goes to the log)."""
+    if "pyspark.sql" not in sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession() or SparkSession._instantiatedSession
+    if session is not None:
+        session.stop()
+
+
+def _guarded(body, log_path: str | None, console: Console) -> int:
+    """Run the demo; an unexpected error is one line on the console, its traceback in the log."""
+    try:
+        return body()
+    except KeyboardInterrupt:
+        console.line("demo: interrupted")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a tool reports, it does not dump a traceback
+        traceback.print_exc()
+        console.line(f"demo: error: {short(f'{type(exc).__name__}: {exc}')}")
+        if log_path:
+            console.line(f"  traceback in {log_path}")
+        return 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: native libraries' static destructors (pyarrow, grpc) can abort
+    # it after everything is written ("terminate called without an active exception").
+    os._exit(code)

@@ -1,0 +1,100 @@
+"""`make demo` reads like a tool: its CLI (`python -m orchestration.demo`) prints one line per step
+and the summary, not Dagster's event stream (which stays in the run storage) nor Spark's log;
+a bad setting or a failed step is a clear error line and a non-zero exit. Each case runs the
+real CLI in a subprocess on a tiny workload, with its own DAGSTER_HOME, LAKEHOUSE_ROOT and
+topic."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_LINE = re.compile(r"^  (\S+)\s.*\b(ok|FAILED)\s+[\d.]+s  run ([0-9a-f-]{36})\b")
+
+
+def run_demo(tmp_path: Path, bootstrap: str, timeout: float, **extra: str):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "infra" / "dagster.yaml", home / "dagster.yaml")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("DEMO_", "SPARK_CONF_")) and k != "DAGSTER_HOME"}
+    env.update({
+        "DAGSTER_HOME": str(home),
+        "LAKEHOUSE_ROOT": str(tmp_path / "lakehouse"),
+        "EVENTS_TOPIC": f"demo-{uuid.uuid4().hex[:10]}",
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "DEMO_EVENTS": "300", "DEMO_CHUNKS": "1", "DEMO_SPAN": "1 hour", "DEMO_SEED": "5",
+        "DAGSTER_DISABLE_TELEMETRY": "true", "GX_ANALYTICS_ENABLED": "false",
+        "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+        **extra,
+    })
+    done = subprocess.run([sys.executable, "-m", "orchestration.demo"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    return done, home
+
+
+def test_demo_prints_a_line_per_step_and_the_summary(tmp_path, kafka_bootstrap):
+    from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
+
+    done, home = run_demo(tmp_path, kafka_bootstrap, timeout=900)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(lines) <= 40, done.stdout
+    assert "DEBUG" not in done.stdout + done.stderr
+    assert " WARN " not in done.stdout + done.stderr  # Spark's log4j output went to the log
+    assert "summary" in lines
+    assert any(re.search(r"reconciled == replay: yes \(GX check passed\)", line) for line in lines)
+    assert any(line.startswith("  timeline report") and "FAILED" not in line for line in lines)
+    runs = [m.groups() for line in lines if (m := RUN_LINE.match(line))]
+    assert [job for job, _, _ in runs][:1] == ["stream_catch_up"]
+    assert {job for job, _, _ in runs} == {"stream_catch_up", "reconcile_dates", "report_timeline"}
+    assert all(status == "ok" for _, status, _ in runs)
+    # The event stream is in the run storage (what `make ui` shows), not on the console.
+    instance = DagsterInstance.from_config(str(home))
+    try:
+        for _, _, run_id in runs:
+            assert instance.get_run_by_id(run_id).status == DagsterRunStatus.SUCCESS
+            steps = instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_SUCCESS)
+            assert steps.records, run_id
+    finally:
+        instance.dispose()
+    assert (home / "demo.log").stat().st_size > 0  # Spark's and Dagster's console output
+
+
+def test_failed_step_prints_its_error_and_where_to_read_the_logs(tmp_path, kafka_bootstrap):
+    """The Spark driver cannot start (an invalid heap size): `bronze_events` fails."""
+    done, home = run_demo(tmp_path, kafka_bootstrap, timeout=300,
+                          **{"SPARK_CONF_spark.driver.memory": "not-a-size"})
+    lines = done.stdout.splitlines()
+    assert done.returncode != 0
+    assert "DEBUG" not in done.stdout + done.stderr and "Traceback" not in done.stdout
+    failed = [m.groups() for line in lines if (m := RUN_LINE.match(line))]
+    assert [(job, status) for job, status, _ in failed] == [("stream_catch_up", "FAILED")]
+    run_id = failed[0][2]
+    error = next(line for line in lines if line.startswith("    error: "))
+    assert error.startswith("    error: step bronze_events: PySparkRuntimeError: ")
+    assert "JAVA_GATEWAY_EXITED" in error
+    logs = next(line for line in lines if line.startswith("    logs: "))
+    assert "make ui" in logs and f"/runs/{run_id}" in logs and str(home / "demo.log") in logs
+    assert "summary" not in lines
+    assert len(lines) <= 10, done.stdout
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"WINDOW_SIZE": "7 minutes"}, "demo: error: WINDOW_SIZE='7 minutes' must be positive and "
+                                   "divide a day evenly"),
+    ({"DEMO_EVENTS": "lots"}, "demo: error: DEMO_EVENTS='lots' must be a positive integer"),
+])
+def test_bad_setting_is_one_error_line_and_exit_code_2(tmp_path, env, message):
+    done, _ = run_demo(tmp_path, "127.0.0.1:1", timeout=60, **env)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1, done.stderr

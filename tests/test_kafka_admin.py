@@ -1,0 +1,64 @@
+"""Offsets through the AdminClient's `list_offsets` (earliest, latest, for a timestamp) agree
+with what a consumer sees (`get_watermark_offsets`, `offsets_for_times`) on a real broker."""
+
+import time
+import uuid
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from lakehouse.kafka_admin import ensure_topic, offsets_for_time, topic_offsets
+from lakehouse.settings import Settings
+
+
+def test_offsets_match_a_consumers_view(kafka_bootstrap):
+    settings = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+                                  "EVENTS_TOPIC": f"offsets-{uuid.uuid4().hex[:10]}"})
+    topic = settings.events_topic
+    assert topic_offsets(settings) == []  # missing topic
+    assert offsets_for_time(settings, 0) == {}
+    assert ensure_topic(settings, partitions=3)
+    assert [(p.partition, p.earliest, p.latest) for p in topic_offsets(settings)] == [
+        (0, 0, 0), (1, 0, 0), (2, 0, 0)]
+    assert offsets_for_time(settings, 0) == {0: 0, 1: 0, 2: 0}
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    for i in range(5):
+        producer.produce(topic, value=b"a", partition=i % 2)  # partitions 0 and 1; 2 stays empty
+    producer.flush(30)
+    time.sleep(0.05)  # LogAppendTime: a strictly later append time for the second batch
+    middle = int(time.time() * 1000)
+    time.sleep(0.05)
+    for _ in range(4):
+        producer.produce(topic, value=b"b", partition=0)
+    producer.flush(30)
+
+    offsets = topic_offsets(settings)
+    assert [(p.partition, p.earliest, p.latest) for p in offsets] == [(0, 0, 7), (1, 0, 2),
+                                                                      (2, 0, 0)]
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "offsets-test"})
+    try:
+        for p in offsets:
+            assert consumer.get_watermark_offsets(TopicPartition(topic, p.partition), 10) == (
+                p.earliest, p.latest)
+        by_consumer = {tp.partition: tp.offset for tp in consumer.offsets_for_times(
+            [TopicPartition(topic, p, middle) for p in range(3)], 10)}
+    finally:
+        consumer.close()
+    ends = {p.partition: p.latest for p in offsets}
+    at_middle = offsets_for_time(settings, middle)
+    assert at_middle == {0: 3, 1: 2, 2: 0}  # no record at/after `middle`: the end offset
+    assert at_middle == {p: (o if o >= 0 else ends[p]) for p, o in by_consumer.items()}
+    assert offsets_for_time(settings, middle, known=offsets) == at_middle
+    assert offsets_for_time(settings, 0, known=offsets) == {0: 0, 1: 0, 2: 0}
+    assert offsets_for_time(settings, middle + 3_600_000) == ends
+
+
+def test_topic_config_is_read_through_the_shared_admin_client(kafka_bootstrap):
+    """`retention_ms` calls `admin(settings).describe_configs(...)`: with a throwaway client the
+    future failed (`_DESTROY`) and the status showed no retention."""
+    from lakehouse.topic_status import retention_ms
+
+    settings = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+                                  "EVENTS_TOPIC": f"offsets-{uuid.uuid4().hex[:10]}"})
+    ensure_topic(settings, partitions=1)
+    assert retention_ms(settings) == 14 * 24 * 3600 * 1000
