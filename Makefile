@@ -11,10 +11,28 @@ export DAGSTER_DISABLE_TELEMETRY := true
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(CURDIR)/$(VENV)/bin/python
 PYTEST_ARGS ?=
+# Dagster instance storage: sqlite (default, in DAGSTER_HOME) or postgres (the cluster stack:
+# `make pg-up`, then `make setup DAGSTER_INSTANCE=postgres` puts infra/dagster-postgres.yaml in
+# DAGSTER_HOME; the DAGSTER_PG_* defaults below reach every Dagster process make starts).
+DAGSTER_INSTANCE ?= sqlite
+ifeq ($(DAGSTER_INSTANCE),sqlite)
+DAGSTER_YAML := infra/dagster.yaml
+else ifeq ($(DAGSTER_INSTANCE),postgres)
+DAGSTER_YAML := infra/dagster-postgres.yaml
+export DAGSTER_PG_HOST ?= 127.0.0.1
+export DAGSTER_PG_PORT ?= 5433
+export DAGSTER_PG_USERNAME ?= dagster
+export DAGSTER_PG_PASSWORD ?= lakehouse-local-secret
+export DAGSTER_PG_DB ?= dagster
+else
+$(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
+endif
 
-.PHONY: setup kafka-up kafka-down demo test ui stream bench lint clean screenshots
+.PHONY: setup kafka-up kafka-down demo test ui stream bench drills lint clean screenshots dagster-instance \
+	s3-up s3-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
+	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster
 
-setup: $(VENV)/.installed .jars/.fetched $(DAGSTER_HOME)/dagster.yaml
+setup: $(VENV)/.installed .jars/.fetched dagster-instance
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
@@ -23,17 +41,21 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $@
 
-.jars/.fetched: infra/jars/spark/pom.xml infra/jars/kafka/pom.xml infra/jars/settings.xml
+.jars/.fetched: infra/jars/spark/pom.xml infra/jars/kafka/pom.xml infra/jars/s3proxy/pom.xml \
+		infra/jars/s3/pom.xml infra/jars/settings.xml
 	@command -v mvn >/dev/null || { echo "error: mvn not found: install Apache Maven 3.8+ (apt-get install maven)"; exit 1; }
 	@command -v java >/dev/null || { echo "error: java not found: install a JDK 17 (apt-get install openjdk-17-jdk-headless)"; exit 1; }
-	rm -rf .jars/spark .jars/kafka
+	rm -rf .jars/spark .jars/kafka .jars/s3proxy .jars/s3
 	$(MVN) -f infra/jars/spark/pom.xml dependency:copy-dependencies
+	$(MVN) -f infra/jars/s3/pom.xml dependency:copy-dependencies
 	$(MVN) -f infra/jars/kafka/pom.xml dependency:copy-dependencies
+	$(MVN) -f infra/jars/s3proxy/pom.xml dependency:copy-dependencies
 	@touch $@
 
-$(DAGSTER_HOME)/dagster.yaml: infra/dagster.yaml
+# DAGSTER_HOME/dagster.yaml is a copy of the selected instance file, refreshed when it differs.
+dagster-instance:
 	@mkdir -p $(DAGSTER_HOME)
-	cp infra/dagster.yaml $@
+	@cmp -s $(DAGSTER_YAML) $(DAGSTER_HOME)/dagster.yaml || cp -v $(DAGSTER_YAML) $(DAGSTER_HOME)/dagster.yaml
 
 kafka-up: setup
 	@$(PY) infra/kafka/broker.py up
@@ -41,11 +63,62 @@ kafka-up: setup
 kafka-down:
 	@$(PY) infra/kafka/broker.py down
 
+# The cluster stack on loopback (infra/cluster.env lists the settings that point the pipeline at
+# it): S3Proxy object store, PostgreSQL for Dagster, Spark standalone, three Kafka brokers.
+s3-up: setup
+	@$(PY) infra/s3/s3proxy.py up
+
+pg-up: setup
+	@$(PY) infra/postgres/pg.py up
+
+spark-cluster-up: setup
+	@$(PY) infra/spark/cluster.py up
+
+kafka-cluster-up: setup
+	@$(PY) infra/kafka/broker.py cluster-up
+
+cluster-up: s3-up pg-up spark-cluster-up kafka-cluster-up
+
+# Stopping needs no set-up (and does nothing where nothing was installed).
+s3-down:
+	@test ! -x $(PY) || $(PY) infra/s3/s3proxy.py down
+
+pg-down:
+	@test ! -x $(PY) || $(PY) infra/postgres/pg.py down
+
+spark-cluster-down:
+	@test ! -x $(PY) || $(PY) infra/spark/cluster.py down
+
+kafka-cluster-down:
+	@test ! -x $(PY) || $(PY) infra/kafka/broker.py cluster-down
+
+cluster-down: s3-down pg-down spark-cluster-down kafka-cluster-down
+
 demo: setup kafka-up
 	$(PY) -m orchestration.demo
 
+# The same pipeline on the cluster stack (infra/cluster.env: s3a:// root on S3Proxy, Spark
+# standalone, Dagster on PostgreSQL in .dagster_home_cluster, three brokers). The servers keep
+# running afterwards for `make ui-cluster`; `make cluster-down` stops them.
+CLUSTER_HOME := $(CURDIR)/.dagster_home_cluster
+CLUSTER_ENV := set -a; . infra/cluster.env; set +a; export DAGSTER_HOME=$(CLUSTER_HOME)
+demo-cluster: setup cluster-up
+	@$(CLUSTER_ENV); $(MAKE) --no-print-directory dagster-instance && $(PY) -m orchestration.demo
+
+ui-cluster: setup
+	@$(CLUSTER_ENV); $(MAKE) --no-print-directory dagster-instance && \
+	  $(VENV)/bin/dagster dev -h 127.0.0.1 -p $${DAGSTER_PORT:-3000} -w workspace.yaml
+
+# The end-to-end scenario on the cluster stack with a broker stopped and a Spark worker killed
+# (tests/cluster); brings the stack up and tears it down. Run by .ci/run after `make test`.
+test-cluster: setup
+	@$(MAKE) --no-print-directory cluster-up
+	@$(CLUSTER_ENV); $(MAKE) --no-print-directory dagster-instance && \
+	  $(PY) -m pytest -o addopts=-ra -o timeout=2400 -p no:randomly tests/cluster $(PYTEST_ARGS); \
+	  rc=$$?; $(MAKE) --no-print-directory cluster-down; exit $$rc
+
 test: setup kafka-up
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --ignore=tests/cluster $(PYTEST_ARGS)
 
 ui: setup
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -p $${DAGSTER_PORT:-3000} -w workspace.yaml
@@ -56,11 +129,17 @@ stream: setup kafka-up
 bench: setup kafka-up
 	$(PY) -m bench.run
 
+# Fault drills (bench/drills): crashes, broker restart, concurrent writers, bad input at volume,
+# retention, authentication. DRILLS_SCALE=0.05 for a quick run; results in bench/results/.
+drills: setup kafka-up
+	$(PY) -m bench.drills $(DRILLS_ARGS)
+
 screenshots: setup
 	$(PY) scripts/screenshots.py
 
 lint: setup
 	$(VENV)/bin/ruff check .
 
-clean: kafka-down
-	rm -rf .lakehouse .dagster_home .kafka
+clean: kafka-down cluster-down
+	rm -rf .lakehouse .dagster_home .dagster_home_cluster .kafka .s3proxy .postgres .spark \
+	  .kafka-cluster

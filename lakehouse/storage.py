@@ -139,3 +139,15 @@ def _arrow_fs(uri: str, env: Mapping[str, str] | None):
         )
         return filesystem, uri.split("://", 1)[1]
     return fs.FileSystem.from_uri(uri)
+
+
+def list_names(uri: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """Names directly under a local directory or object-store prefix ([] when absent)."""
+    local = local_path(uri)
+    if local is not None:
+        return sorted(p.name for p in local.iterdir()) if local.is_dir() else []
+    from pyarrow import fs
+
+    filesystem, path = _arrow_fs(uri, env)
+    infos = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
+    return sorted(info.base_name for info in infos)

@@ -11,6 +11,7 @@ from lakehouse.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 SPARK_JARS = REPO / ".jars" / "spark"
+S3_JARS = REPO / ".jars" / "s3"
 
 
 def spark_jars() -> list[str]:
@@ -18,6 +19,19 @@ def spark_jars() -> list[str]:
     if not any("delta-spark" in j for j in jars) or not any("spark-sql-kafka" in j for j in jars):
         raise RuntimeError(f"Delta/Kafka jars missing in {SPARK_JARS}: run `make setup` first")
     return jars
+
+
+def object_store_classpath(settings: Settings) -> dict[str, str]:
+    """hadoop-aws and the AWS SDK bundle for an s3a:// root, on the driver's and executors' class
+    path (the same path on every host of the cluster; ~640 MB, so never copied to each app
+    through spark.jars). Nothing for other roots."""
+    if storage.scheme(settings.root) != "s3a":
+        return {}
+    jars = sorted(str(p) for p in S3_JARS.glob("*.jar"))
+    if not any("hadoop-aws" in j for j in jars):
+        raise RuntimeError(f"s3a jars missing in {S3_JARS}: run `make setup` first")
+    keys = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
+    return {k: ":".join(filter(None, [settings.spark_conf_extra.get(k), *jars])) for k in keys}
 
 
 def spark_conf(settings: Settings) -> dict[str, str]:
@@ -56,6 +70,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         **storage.s3a_spark_conf(settings.root),
         # SPARK_CONF_<key> env vars: any other Spark setting (credentials, executor sizes).
         **settings.spark_conf_extra,
+        **object_store_classpath(settings),
         # JVMs stay in UTC whatever extra options are passed.
         **{k: f"{settings.spark_conf_extra.get(k, '')} -Duser.timezone=UTC".strip()
            for k in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")},

@@ -1,0 +1,202 @@
+"""Start, stop and check a throwaway PostgreSQL cluster on 127.0.0.1 (Dagster's instance storage).
+
+Uses the server binaries of the machine's PostgreSQL (Debian: /usr/lib/postgresql/<ver>/bin, from
+the `postgresql` package; installed with apt-get when missing and running as root). The cluster
+lives in `.postgres/` of the repo: data in `.postgres/data`, its unix socket in `.postgres/run`
+(mode 0700), log in `.postgres/postgres.log`. It listens on 127.0.0.1:$PG_PORT only (default
+5433; DAGSTER_PG_PORT is read too). TCP logins need the password DAGSTER_PG_PASSWORD of the
+superuser DAGSTER_PG_USERNAME (local-stack defaults when unset; never printed); the socket trusts
+its owner. `up` creates the database DAGSTER_PG_DB (default `dagster`). PostgreSQL refuses to
+run as root: as root, the cluster is owned and run by the OS user `lakehouse-pg` (PG_OS_USER),
+created when missing. Usage:
+
+    python infra/postgres/pg.py up|down|status [--state-dir DIR] [--port N]
+
+`up` is idempotent and waits until the server accepts connections; `down` stops it (fast mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from daemon import REPO, ServerError, port_open, run_cli, tail  # noqa: E402
+
+DEFAULT_USER = "dagster"
+DEFAULT_PASSWORD = "lakehouse-local-secret"
+DEFAULT_DB = "dagster"
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name) or default
+
+
+def find_bindir(install: bool = True) -> Path:
+    """The folder holding initdb and pg_ctl: $PG_BINDIR, the newest Debian
+    /usr/lib/postgresql/<ver>/bin, or the one of `pg_config` on PATH."""
+    candidates = [Path(os.environ["PG_BINDIR"])] if os.environ.get("PG_BINDIR") else []
+    debian = Path("/usr/lib/postgresql")
+    if debian.is_dir():
+        versions = sorted((p for p in debian.iterdir() if p.name.replace(".", "").isdigit()),
+                          key=lambda p: float(p.name), reverse=True)
+        candidates += [v / "bin" for v in versions]
+    if shutil.which("pg_ctl"):
+        candidates.append(Path(shutil.which("pg_ctl")).resolve().parent)
+    for c in candidates:
+        if (c / "initdb").exists() and (c / "pg_ctl").exists():
+            return c
+    if install and os.geteuid() == 0 and shutil.which("apt-get"):
+        print("PostgreSQL server binaries missing: apt-get install -y postgresql", flush=True)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        apt = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"]
+        if subprocess.run(apt, env=env).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], env=env)
+            subprocess.run(apt, env=env)
+        return find_bindir(install=False)
+    raise ServerError("PostgreSQL server binaries (initdb, pg_ctl) not found: install them "
+                      "(Debian/Ubuntu: sudo apt-get install postgresql; or set PG_BINDIR)")
+
+
+class Postgres:
+    def __init__(self, state_dir: Path, port: int):
+        self.state_dir = state_dir.resolve()
+        self.port = port
+        self.data_dir = self.state_dir / "data"
+        self.socket_dir = self.state_dir / "run"
+        self.log_file = self.state_dir / "postgres.log"
+        self.user = _env("DAGSTER_PG_USERNAME", DEFAULT_USER)
+        self.db = _env("DAGSTER_PG_DB", DEFAULT_DB)
+        # As root, a dedicated unprivileged OS user owns and runs the cluster.
+        self.os_user = _env("PG_OS_USER", "lakehouse-pg") if os.geteuid() == 0 else None
+
+    # ---- running commands as the cluster's owner ----------------------------------------------
+    def _as_owner(self, cmd: list[str]) -> list[str]:
+        return ["runuser", "-u", self.os_user, "--", *cmd] if self.os_user else cmd
+
+    def _run(self, cmd: list[str], stdin: str | None = None,
+             check: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run(self._as_owner(cmd), input=stdin, capture_output=True, text=True,
+                              cwd=self.state_dir)
+        if check and done.returncode != 0:
+            raise ServerError(f"{Path(cmd[0]).name} failed: "
+                              + (done.stderr.strip() or done.stdout.strip()).replace("\n", " | "))
+        return done
+
+    def _ensure_os_user(self) -> None:
+        if not self.os_user:
+            return
+        try:
+            pwd.getpwnam(self.os_user)
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
+                            "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin",
+                            self.os_user], check=True)
+        shutil.chown(self.state_dir, self.os_user, self.os_user)
+        for path in (self.data_dir, self.socket_dir):
+            if path.exists():
+                subprocess.run(["chown", "-R", f"{self.os_user}:{self.os_user}", str(path)],
+                               check=True)
+        if self._run(["test", "-w", str(self.state_dir)], check=False).returncode != 0:
+            raise ServerError(f"OS user {self.os_user} cannot reach {self.state_dir}: let other "
+                              "users traverse its parent folders, or set PG_STATE_DIR elsewhere")
+
+    # ---- commands ----------------------------------------------------------------------------
+    def running(self, bindir: Path | None = None) -> bool:
+        if not (self.data_dir / "PG_VERSION").exists():
+            return False
+        bindir = bindir or find_bindir(install=False)
+        return self._run([str(bindir / "pg_ctl"), "status", "-D", str(self.data_dir)],
+                         check=False).returncode == 0
+
+    def _initdb(self, bindir: Path) -> None:
+        if (self.data_dir / "PG_VERSION").exists():
+            return
+        pwfile = self.state_dir / ".initdb-pw"
+        fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(_env("DAGSTER_PG_PASSWORD", DEFAULT_PASSWORD) + "\n")
+        if self.os_user:
+            shutil.chown(pwfile, self.os_user, self.os_user)
+        try:
+            self._run([str(bindir / "initdb"), "-D", str(self.data_dir), "-U", self.user,
+                       f"--pwfile={pwfile}", "--auth-local=trust", "--auth-host=scram-sha-256",
+                       "--encoding=UTF8", "--no-locale"])
+        finally:
+            pwfile.unlink(missing_ok=True)
+
+    def _psql(self, bindir: Path, sql: str, db: str = "postgres") -> str:
+        """Run SQL (given on stdin, so nothing shows in `ps`) over the owner-only socket."""
+        return self._run([str(bindir / "psql"), "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1",
+                          "-h", str(self.socket_dir), "-p", str(self.port), "-U", self.user,
+                          "-d", db], stdin=sql).stdout.strip()
+
+    def up(self, wait_s: int = 60) -> str:
+        bindir = find_bindir()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.socket_dir.mkdir(mode=0o700, exist_ok=True)
+        self._ensure_os_user()
+        already = self.running(bindir)
+        if not already:
+            if port_open(self.port):
+                raise ServerError(f"port {self.port} is taken by another process: stop it, or "
+                                  "set PG_PORT to another port")
+            self._initdb(bindir)
+            options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
+                       f"-c unix_socket_directories={self.socket_dir}")
+            done = self._run([str(bindir / "pg_ctl"), "start", "-D", str(self.data_dir), "-w",
+                              "-t", str(wait_s), "-l", str(self.log_file), "-o", options],
+                             check=False)
+            if done.returncode != 0:
+                raise ServerError(f"PostgreSQL did not start: see {self.log_file}\n"
+                                  + tail(self.log_file))
+        # The password follows the environment (TCP logins use it); the database exists.
+        password = _env("DAGSTER_PG_PASSWORD", DEFAULT_PASSWORD).replace("'", "''")
+        try:
+            self._psql(bindir, f"ALTER ROLE \"{self.user}\" PASSWORD '{password}';")
+        except ServerError:  # psql may echo the statement: say what failed, not the secret
+            raise ServerError(f"setting the password of role {self.user} failed: see "
+                              f"{self.log_file}") from None
+        if self._psql(bindir, f"SELECT 1 FROM pg_database WHERE datname = '{self.db}';") != "1":
+            self._psql(bindir, f'CREATE DATABASE "{self.db}";')
+        version = self._psql(bindir, "SHOW server_version;")
+        state = "already running" if already else "up"
+        return (f"PostgreSQL {version} {state} on 127.0.0.1:{self.port}, database {self.db}, "
+                f"user {self.user}, log: {self.log_file}")
+
+    def down(self) -> str:
+        if not (self.data_dir / "PG_VERSION").exists():
+            return "PostgreSQL not running"
+        bindir = find_bindir(install=False)
+        if not self.running(bindir):
+            return "PostgreSQL not running"
+        self._run([str(bindir / "pg_ctl"), "stop", "-D", str(self.data_dir), "-m", "fast", "-w"])
+        return "PostgreSQL stopped"
+
+    def status(self) -> str:
+        if self.running():
+            return f"PostgreSQL running on 127.0.0.1:{self.port} (data {self.data_dir})"
+        return "PostgreSQL not running"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("--state-dir", type=Path,
+                        default=Path(os.environ.get("PG_STATE_DIR", REPO / ".postgres")))
+    parser.add_argument("--port", type=int,
+                        default=int(os.environ.get("PG_PORT")
+                                    or os.environ.get("DAGSTER_PG_PORT") or 5433))
+    args = parser.parse_args(argv)
+    pg = Postgres(args.state_dir, args.port)
+    return run_cli(getattr(pg, args.command),
+                   ok=lambda: args.command != "status" or pg.running())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
