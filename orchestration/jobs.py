@@ -5,6 +5,13 @@ from dagster import AssetSelection, define_asset_job
 from assets.checks import fast_path_vs_replay, reconciled_equals_replay
 from assets.partitions import daily_event_dates
 
+# Whole runs that write the same tables queue behind each other (the instance's
+# `tag_concurrency_limits`, infra/dagster*.yaml): a run keeps its Spark session between its
+# steps, so op-level pools alone could let it hold a cluster's cores while it waits for a slot
+# held by a run that waits for those cores.
+STREAM_WRITES = {"lakehouse/writes": "stream"}
+DAILY_WRITES = {"lakehouse/writes": "daily"}
+
 # Jobs run the data checks of their assets; freshness checks are left to their sensor.
 DATA_CHECKS = AssetSelection.checks(reconciled_equals_replay, fast_path_vs_replay)
 
@@ -17,6 +24,7 @@ def assets_with_data_checks(*keys: str) -> AssetSelection:
 stream_catch_up_job = define_asset_job(
     "stream_catch_up",
     selection=assets_with_data_checks("raw_events", "bronze_events", "streaming_aggregates"),
+    tags=STREAM_WRITES,
     description="Catch the stream up: every available Kafka record through bronze and the "
                 "windowed aggregates.",
 )
@@ -26,6 +34,7 @@ reconcile_job = define_asset_job(
     selection=assets_with_data_checks("replay_aggregates", "late_corrections",
                                       "reconciled_aggregates"),
     partitions_def=daily_event_dates,
+    tags=DAILY_WRITES,
     description="Corrections, replay and the blocking GX proof for event dates.",
 )
 
@@ -33,6 +42,7 @@ correct_job = define_asset_job(
     "correct_dates",
     selection=AssetSelection.assets("late_corrections", "reconciled_aggregates").without_checks(),
     partitions_def=daily_event_dates,
+    tags=DAILY_WRITES,
     description="Apply late events to the gold table for dates (incremental: only the windows "
                 "bronze changes touched). The proof against the replay runs in verify_dates.",
 )
@@ -42,6 +52,7 @@ reprocess_job = define_asset_job(
     selection=assets_with_data_checks("replay_aggregates", "late_corrections",
                                       "reconciled_aggregates"),
     partitions_def=daily_event_dates,
+    tags=DAILY_WRITES,
     config={"ops": {"corrections": {"config": {"reprocess": True}}}},
     description="Rebuild reconciled_aggregates for dates from a fresh replay of the log (after a "
                 "bug fix or a changed window size): changed windows get a new revision and a "
@@ -52,6 +63,7 @@ verify_job = define_asset_job(
     "verify_dates",
     selection=assets_with_data_checks("replay_aggregates") | DATA_CHECKS,
     partitions_def=daily_event_dates,
+    tags=DAILY_WRITES,
     # Replay each date up to the position its published gold rows were computed from.
     config={"resources": {"log_position": {"config": {"as_published": True}}}},
     description="Replay dates from the log up to the position their published gold rows were "
