@@ -41,6 +41,16 @@ def admin(settings: Settings) -> AdminClient:
         return client
 
 
+def forget_admins(bootstrap_servers: str) -> int:
+    """Drop the kept admin clients of a cluster that is going away (a test's or a drill's own
+    broker), so they stop reconnecting to it and logging about it. Returns how many."""
+    with _ADMINS_LOCK:
+        keys = [k for k in _ADMINS if ("bootstrap.servers", bootstrap_servers) in k[1]]
+        for key in keys:
+            del _ADMINS[key]
+    return len(keys)
+
+
 class KafkaAuthenticationFailed(RuntimeError):
     """The broker rejected the client's credentials (SASL) or TLS handshake."""
 

@@ -1,69 +1,24 @@
 """An independent reference model of the pipeline's semantics, in plain Python (no Spark):
-the expected tables for records produced in chunks with one catch-up after each chunk."""
+the expected tables for records produced in chunks with one catch-up after each chunk. The
+row, dedup and window rules are `lakehouse.reference` (one copy, shared with the drills)."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from datetime import datetime
 
-WINDOW = timedelta(minutes=1)
-DELAY = timedelta(seconds=30)
-VALID_KINDS = ("event", "late", "duplicate", "late_duplicate")
-
-
-def event_time(raw) -> datetime:
-    if isinstance(raw, int) or (isinstance(raw, str) and raw.isdigit()):
-        return datetime.fromtimestamp(int(raw) / 1000, UTC)
-    return datetime.fromisoformat(raw.replace("Z", "+00:00")).astimezone(UTC)
-
-
-def window_start(t: datetime) -> datetime:
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    return epoch + ((t - epoch) // WINDOW) * WINDOW
-
-
-@dataclass(frozen=True)
-class Row:
-    event_id: str
-    key: str
-    time: datetime
-    value: Decimal
-    chunk: int
-
-
-def rows_of(chunks) -> tuple[list[Row], Counter]:
-    rows, malformed = [], Counter()
-    for c, records in enumerate(chunks):
-        for r in records:
-            if r.kind not in VALID_KINDS:
-                malformed[r.kind] += 1
-                continue
-            e = json.loads(r.value)
-            rows.append(Row(e["event_id"], e["key"], event_time(e["event_time"]),
-                            Decimal(str(e["value"])).quantize(Decimal("0.000001")), c))
-    return rows, malformed
-
-
-def dedup(rows):
-    seen, out = set(), []
-    for r in rows:
-        k = (r.time.date(), r.event_id)
-        if k not in seen:
-            seen.add(k)
-            out.append(r)
-    return out
-
-
-def aggregate(rows) -> dict:
-    out: dict = {}
-    for r in rows:
-        k = (window_start(r.time).replace(tzinfo=None), r.key)
-        n, s, lo, hi = out.get(k, (0, Decimal(0), r.value, r.value))
-        out[k] = (n + 1, s + r.value, min(lo, r.value), max(hi, r.value))
-    return out
+from lakehouse.reference import (  # noqa: F401 - re-exported for the tests
+    DELAY,
+    VALID_KINDS,
+    WINDOW,
+    Row,
+    aggregate,
+    dedup,
+    event_time,
+    rows_of,
+    window_start,
+)
 
 
 @dataclass

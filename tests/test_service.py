@@ -4,26 +4,18 @@ Dagster-style catch-up continues on the same checkpoint."""
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
-from conftest import REPO
 from reference import aggregate, dedup, rows_of
 
 from lakehouse.generator import GeneratorConfig, generate, produce
 from lakehouse.table_reads import read
 from spark_jobs import stream
+from spark_jobs.faults import in_flight, kill_in_flight, start_service, wait_for  # noqa: F401
 from spark_jobs.lock import CheckpointBusy
-
-
-def start_service(env):
-    return subprocess.Popen([sys.executable, "-m", "spark_jobs.service"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def bronze_rows(settings):
@@ -31,46 +23,6 @@ def bronze_rows(settings):
         return read(settings, "bronze_events").num_rows
     except Exception:
         return 0
-
-
-def wait_for(predicate, svc, timeout=240, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        if svc.poll() is not None:
-            raise AssertionError(f"service exited {svc.returncode}: {svc.stdout.read()[-3000:]}")
-        time.sleep(1)
-    svc.kill()
-    raise AssertionError(f"timed out waiting for {what}: {svc.stdout.read()[-3000:]}")
-
-
-def in_flight(checkpoint: str) -> int | None:
-    """A batch the query has started (its write-ahead `offsets/N` is written) and not committed
-    (no `commits/N`), if there is one now."""
-    offsets, commits = Path(checkpoint) / "offsets", Path(checkpoint) / "commits"
-    started = {int(p.name) for p in offsets.glob("[0-9]*")} if offsets.exists() else set()
-    done = {int(p.name) for p in commits.glob("[0-9]*")} if commits.exists() else set()
-    pending = started - done
-    return max(pending) if pending else None
-
-
-def kill_in_flight(svc, checkpoint: str, min_batch: int, timeout: float = 240) -> int:
-    """SIGKILL the service while a batch >= `min_batch` of the checkpoint's query is in flight
-    (chosen from the checkpoint's state, not after a sleep). Returns the batch id."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        batch = in_flight(checkpoint)
-        if batch is not None and batch >= min_batch:
-            svc.send_signal(signal.SIGKILL)
-            svc.wait(30)
-            assert not (Path(checkpoint) / "commits" / str(batch)).exists()
-            return batch
-        if svc.poll() is not None:
-            raise AssertionError(f"service exited {svc.returncode}: {svc.stdout.read()[-3000:]}")
-        time.sleep(0.02)
-    svc.kill()
-    raise AssertionError(f"no batch >= {min_batch} in flight in {checkpoint} within {timeout}s")
 
 
 def test_crash_restart_lock_and_clean_stop(instance_env, spark):

@@ -1,0 +1,1 @@
+"""Fault drills (`make drills`, `python -m bench.drills`): see bench/drills/__main__.py."""

@@ -1,0 +1,377 @@
+"""What every drill shares: its result row, the run context (scale, seed, one SparkSession,
+printing), independent pipeline instances, producing with acknowledgements, and the checks
+(offsets landed once, gold == replay == the plain-Python reference)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import date
+from pathlib import Path
+
+from lakehouse.reference import expected_windows, table_windows
+
+
+@dataclass
+class DrillResult:
+    drill: str
+    runs: int = 0  # pipeline runs (service lives, jobs, catch-ups) the drill made
+    faults_injected: int = 0
+    records_checked: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    wrong: int = 0
+    seconds: float = 0.0
+    passed: bool = False
+    details: dict = field(default_factory=dict)
+    error: str | None = None
+
+    def summary(self) -> dict:
+        row = asdict(self)
+        if row["error"] is None:
+            row.pop("error")
+        return row
+
+
+class DrillFailed(AssertionError):
+    pass
+
+
+@dataclass
+class Context:
+    """One `python -m bench.drills` run."""
+
+    scale: float
+    seed: int
+    bootstrap: str
+    workdir: Path
+    _spark: object = None
+
+    def spark(self):
+        """The runner's SparkSession (shared by the Dagster runs, whose resource gets it)."""
+        if self._spark is None:
+            from lakehouse.settings import Settings
+            from spark_jobs.session import get_spark
+
+            self._spark = get_spark(Settings.from_env(
+                {"LAKEHOUSE_ROOT": str(self.workdir / "spark")}))
+        return self._spark
+
+    def n(self, full: int, minimum: int) -> int:
+        """A size of the full drill, scaled by DRILLS_SCALE (at least `minimum`)."""
+        return max(minimum, int(full * self.scale))
+
+    def stop(self) -> None:
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+
+
+def say(drill: str, message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {drill}: {message}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def instance(ctx: Context, name: str, topic: str | None = None, **extra: str):
+    """An independent pipeline instance (own LAKEHOUSE_ROOT, own topic unless given) in this
+    process's environment, restored afterwards. Yields its Settings."""
+    from lakehouse.settings import Settings
+
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": ctx.bootstrap,
+        "EVENTS_TOPIC": topic or f"drill-{name}-{uuid.uuid4().hex[:8]}",
+        "LAKEHOUSE_ROOT": str(ctx.workdir / f"{name}-{uuid.uuid4().hex[:6]}"),
+        **extra,
+    }
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield Settings.from_env()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def service_env(**extra: str) -> dict[str, str]:
+    """Environment of a service child process: this one's plus a quick trigger, small batches
+    (many batches to crash into), a smaller driver heap and a metrics port of its own."""
+    return {**os.environ, "STREAM_TRIGGER_INTERVAL": "2 seconds",
+            "MAX_OFFSETS_PER_TRIGGER": "500", "SPARK_CONF_SPARK_DRIVER_MEMORY": "2g",
+            "METRICS_PORT": str(free_port()), **extra}
+
+
+# ---------------------------------------------------------------------------------------------
+# Producing, with acknowledgements
+# ---------------------------------------------------------------------------------------------
+class AckedProducer:
+    """confluent-kafka producer (idempotent, acks=all, retries until `message.timeout.ms`)
+    that records, per record index, the (partition, offset) the broker acknowledged; a record
+    whose delivery failed is not "sent"."""
+
+    def __init__(self, settings, timeout_ms: int = 300_000, **conf):
+        from confluent_kafka import Producer
+
+        self.acked: dict[int, tuple[int, int]] = {}
+        self.failed: dict[int, str] = {}
+        self.producer = Producer({
+            **settings.client_config, "enable.idempotence": True, "linger.ms": 20,
+            "compression.type": "lz4", "message.timeout.ms": timeout_ms, "log_level": 3,
+            "batch.num.messages": 10000, **conf})
+        self.topic = settings.events_topic
+
+    def _callback(self, i: int):
+        def done(err, msg):
+            if err is None:
+                self.acked[i] = (msg.partition(), msg.offset())
+            else:
+                self.failed[i] = str(err)
+        return done
+
+    def send(self, i: int, record) -> None:
+        while True:
+            try:
+                self.producer.produce(self.topic, key=record.key, value=record.value,
+                                      on_delivery=self._callback(i))
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+        self.producer.poll(0)
+
+    def send_all(self, records, start: int = 0) -> None:
+        for i, r in enumerate(records, start):
+            self.send(i, r)
+
+    def flush(self, timeout: float = 600) -> int:
+        """Wait for every delivery report; returns the records still undecided."""
+        return self.producer.flush(timeout)
+
+
+def produce_acked(settings, records, start: int = 0) -> AckedProducer:
+    """Produce `records` (topic created if missing) and wait until all are acknowledged."""
+    from lakehouse.kafka_admin import ensure_topic
+
+    ensure_topic(settings)
+    p = AckedProducer(settings)
+    p.send_all(records, start)
+    left = p.flush()
+    if left or p.failed:
+        raise DrillFailed(f"{left} records undelivered, {len(p.failed)} failed: "
+                          f"{next(iter(p.failed.values()), '')}")
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------
+def table_or_empty(settings, name: str):
+    from lakehouse.table_reads import read
+
+    try:
+        return read(settings, name)
+    except Exception:  # noqa: BLE001 - not created yet
+        return None
+
+
+def landed_rows(settings) -> int:
+    n = 0
+    for name in ("bronze_events", "quarantined_events"):
+        t = table_or_empty(settings, name)
+        n += t.num_rows if t is not None else 0
+    return n
+
+
+@dataclass
+class Landing:
+    """Where the topic's records landed: bronze and quarantine positions, checked against the
+    topic's offsets (every offset of every partition exactly once, in one of the two)."""
+
+    checked: int
+    lost: int
+    duplicated: int
+    positions: Counter
+    missing_examples: list
+
+    def describe(self) -> str:
+        return (f"{self.checked} offsets checked: {self.lost} missing, {self.duplicated} "
+                "duplicated (bronze and quarantine unique on (partition, offset))")
+
+
+def check_landing(settings, expected: set[tuple[int, int]] | None = None) -> Landing:
+    """Every offset in [earliest, latest) of each partition (or exactly `expected`, e.g. the
+    acknowledged positions) is in bronze or quarantine exactly once."""
+    from lakehouse.kafka_admin import topic_offsets
+
+    positions: Counter = Counter()
+    for name in ("bronze_events", "quarantined_events"):
+        t = table_or_empty(settings, name)
+        if t is not None:
+            positions.update(zip(t["partition"].to_pylist(), t["offset"].to_pylist(),
+                                 strict=True))
+    if expected is None:
+        expected = {(p.partition, o) for p in topic_offsets(settings)
+                    for o in range(p.earliest, p.latest)}
+    missing = sorted(expected - set(positions))
+    duplicated = sum(n - 1 for n in positions.values() if n > 1)
+    return Landing(len(expected), len(missing), duplicated, positions, missing[:5])
+
+
+# Dagster's console logger at WARNING: the drills print what they do; the event log keeps all.
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def run_job(name: str, dagster_instance, **kw):
+    """A job of `defs`, in-process (as the tests run them). Returns (result, check evaluations)."""
+    from orchestration.definitions import defs
+
+    result = defs.get_job_def(name).execute_in_process(
+        instance=dagster_instance, raise_on_error=False, run_config=QUIET, **kw)
+    checks = [e.asset_check_evaluation_data for e in result.all_events
+              if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    return result, checks
+
+
+def step_failures(result) -> str:
+    return "; ".join(str(e.event_specific_data.error.message if e.event_specific_data.error
+                         else e.event_specific_data)[:400]
+                     for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+
+
+def bronze_dates(settings) -> list[date]:
+    from lakehouse.table_reads import bronze_dates as dates
+
+    return sorted(dates(settings))
+
+
+@dataclass
+class Proof:
+    dates: list
+    windows_checked: int
+    wrong: int  # windows where gold, replay and the reference do not all agree
+    failed_checks: list
+    notes: list
+
+    @property
+    def ok(self) -> bool:
+        return self.wrong == 0 and not self.failed_checks
+
+
+def prove(settings, dagster_instance, records, drill: str, job: str = "reconcile_dates") -> Proof:
+    """For every event date in bronze: `reconcile_dates` in-process (corrections, replay and
+    the blocking check `reconciled_equals_replay`), then gold == replay (`compare_tables`) and
+    gold == the plain-Python count of `records` (every date, every window, exact decimals)."""
+    from lakehouse.table_reads import compare_tables, read
+
+    dates = bronze_dates(settings)
+    failed, notes = [], []
+    wrong = 0
+    for d in dates:
+        result, checks = run_job(job, dagster_instance, partition_key=d.isoformat())
+        bad = [c.check_name for c in checks if not c.passed]
+        if not result.success or bad:
+            failed.append(f"{d}: run {'ok' if result.success else 'failed'}, failed checks "
+                          f"{bad}: {step_failures(result)}")
+        diff = compare_tables(settings, d)
+        if diff:
+            notes.append(f"{d}: {diff} windows differ between gold and replay")
+        wrong += diff
+    want = expected_windows(records)
+    got = table_windows(read(settings, "reconciled_aggregates"))
+    differing = [k for k in want.keys() | got.keys() if want.get(k) != got.get(k)]
+    if differing:
+        k = sorted(differing)[0]
+        notes.append(f"{len(differing)} windows differ between gold and the reference, e.g. "
+                     f"{k}: gold {got.get(k)} reference {want.get(k)}")
+    wrong += len(differing)
+    say(drill, f"proof over {len(dates)} date(s) {[d.isoformat() for d in dates]}: "
+               f"{len(want)} reference windows, {len(got)} gold windows; reconcile_dates "
+               f"{'passed' if not failed else 'FAILED'} (blocking check reconciled_equals_replay)"
+               f"; gold == replay: {not any('replay' in n for n in notes)}; gold == reference: "
+               f"{not differing}")
+    return Proof(dates, len(want), wrong, failed, notes)
+
+
+def unique_changelog(settings) -> int:
+    """Revisions logged twice in late_corrections (must be 0)."""
+    t = table_or_empty(settings, "late_corrections")
+    if t is None:
+        return 0
+    keys = Counter(zip(t["window_start"].to_pylist(), t["key"].to_pylist(),
+                       t["revision"].to_pylist(), strict=True))
+    return sum(n - 1 for n in keys.values() if n > 1)
+
+
+def wait_until(predicate, timeout: float, what: str, poll: float = 1.0, proc=None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            from spark_jobs.faults import output
+
+            raise DrillFailed(f"process exited {proc.returncode} while waiting for {what}: "
+                              f"{output(proc)}")
+        time.sleep(poll)
+    raise DrillFailed(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def broker_module():
+    """infra/kafka/broker.py (not a package), loaded by path as tests/conftest.py does."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infra" / "kafka"))
+    from sasl_broker import _broker
+
+    return _broker
+
+
+class Feeder:
+    """Produces records in a thread at a steady rate (records/s) through an AckedProducer."""
+
+    def __init__(self, settings, records, rate: float, start: int = 0, **conf):
+        import threading
+
+        self.producer = AckedProducer(settings, **conf)
+        self.records, self.rate, self.start = records, rate, start
+        self.sent = 0
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="feeder", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            t0 = time.monotonic()
+            for n, r in enumerate(self.records):
+                self.producer.send(self.start + n, r)
+                self.sent = n + 1
+                ahead = (n + 1) / self.rate - (time.monotonic() - t0)
+                if ahead > 0:
+                    time.sleep(ahead)
+            self.producer.flush()
+        except BaseException as exc:  # noqa: BLE001 - reported by join()
+            self.error = exc
+
+    def begin(self) -> Feeder:
+        """Start producing (the topic must exist: `ensure_topic`)."""
+        self.thread.start()
+        return self
+
+    def join(self, timeout: float = 900) -> AckedProducer:
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise DrillFailed("the producer did not finish")
+        if self.error is not None:
+            raise self.error
+        return self.producer

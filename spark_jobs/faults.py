@@ -1,0 +1,293 @@
+"""Fault injection on real processes, timed by the pipeline's own durable state (not sleeps).
+
+- `start_service` / `wait_for`: `python -m spark_jobs.service` as a child process.
+- `in_flight` / `kill_in_flight`: SIGKILL the service while a micro-batch of a query is in
+  flight: its write-ahead `offsets/N` is written and `commits/N` is not.
+- `DeltaLog`: a table's `_delta_log` read incrementally (commit versions, the `txn` each append
+  carries, the data files each commit adds), for the finer kill points:
+  `kill_between_bronze_and_quarantine` (inside the bronze foreachBatch: bronze holds batch N,
+  quarantine does not yet) and `kill_corrections` (inside a corrections run: a MERGE has written
+  data files it has not committed, or the changelog is committed and gold is not, or gold is
+  and `corrections_state` is not).
+- `python -m spark_jobs.faults corrections <date> <run_id>`: one corrections run of a date in
+  a process of its own (the process the drills kill).
+
+Used by the drills (`python -m bench.drills`) and by tests/test_service.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _spawn(args: list[str], env, log_path: str | Path | None) -> subprocess.Popen:
+    """A child in a process group of its own, so a SIGKILL takes its JVM (and Python workers)
+    down with it, as a crash of the machine or container would (`crash`)."""
+    if log_path is None:
+        return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    with open(log_path, "a") as out:  # the child keeps its own descriptor
+        proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+    proc.log_path = str(log_path)
+    return proc
+
+
+def start_service(env, log_path: str | Path | None = None) -> subprocess.Popen:
+    """`make stream`'s service as a child process. Its output goes to a pipe, or to `log_path`
+    (for long runs: a pipe nobody reads fills up and blocks the service's prints)."""
+    return _spawn([sys.executable, "-m", "spark_jobs.service"], env, log_path)
+
+
+def crash(proc: subprocess.Popen) -> None:
+    """SIGKILL the process and everything in its group (the service's JVM and Python workers:
+    nothing of it finishes a commit after the signal)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(30)
+
+
+def output(proc: subprocess.Popen, tail: int = 3000) -> str:
+    """The last `tail` characters a child process printed (pipe or log file)."""
+    path = getattr(proc, "log_path", None)
+    if path:
+        try:
+            return Path(path).read_text(errors="replace")[-tail:]
+        except OSError:
+            return ""
+    if proc.stdout is None:
+        return ""
+    if proc.poll() is None:
+        return "(still running)"
+    return proc.stdout.read()[-tail:]
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        crash(proc)
+
+
+def wait_for(predicate, svc, timeout=240, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if svc.poll() is not None:
+            raise AssertionError(f"service exited {svc.returncode}: {output(svc)}")
+        time.sleep(1)
+    _kill(svc)
+    raise AssertionError(f"timed out waiting for {what}: {output(svc)}")
+
+
+def batch_ids(checkpoint: str, kind: str) -> set[int]:
+    folder = Path(checkpoint) / kind
+    return {int(p.name) for p in folder.glob("[0-9]*") if p.name.isdigit()} if folder.exists() \
+        else set()
+
+
+def in_flight(checkpoint: str) -> int | None:
+    """A batch the query has started (its write-ahead `offsets/N` is written) and not committed
+    (no `commits/N`), if there is one now."""
+    pending = batch_ids(checkpoint, "offsets") - batch_ids(checkpoint, "commits")
+    return max(pending) if pending else None
+
+
+def next_batch(checkpoint: str) -> int:
+    """The id the query's next new batch gets (after any batch now in its write-ahead log)."""
+    started = batch_ids(checkpoint, "offsets")
+    return max(started) + 1 if started else 0
+
+
+def kill_in_flight(svc, checkpoint: str, min_batch: int, timeout: float = 240) -> int:
+    """SIGKILL the service while a batch >= `min_batch` of the checkpoint's query is in flight
+    (chosen from the checkpoint's state, not after a sleep). Returns the batch id."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        batch = in_flight(checkpoint)
+        if batch is not None and batch >= min_batch:
+            crash(svc)
+            assert not (Path(checkpoint) / "commits" / str(batch)).exists()
+            return batch
+        if svc.poll() is not None:
+            raise AssertionError(f"service exited {svc.returncode}: {output(svc)}")
+        time.sleep(0.02)
+    _kill(svc)
+    raise AssertionError(f"no batch >= {min_batch} in flight in {checkpoint} within {timeout}s")
+
+
+# ---------------------------------------------------------------------------------------------
+# The Delta log, read as local files
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Commit:
+    version: int
+    txn: tuple[str, int] | None  # (txnAppId, txnVersion) of an idempotent append
+    operation: str | None
+    adds: set[str] = field(default_factory=set)
+
+
+class DeltaLog:
+    """A local Delta table's `_delta_log`, read incrementally (only commit files not seen)."""
+
+    def __init__(self, table_path: str | Path):
+        self.table = Path(str(table_path).removeprefix("file://"))
+        self.dir = self.table / "_delta_log"
+        self.commits: dict[int, Commit] = {}
+
+    def refresh(self) -> DeltaLog:
+        if not self.dir.exists():
+            return self
+        for f in self.dir.glob("[0-9]*.json"):
+            version = int(f.name.split(".")[0])
+            if version in self.commits:
+                continue
+            try:
+                text = f.read_text()
+            except OSError:
+                continue
+            commit = Commit(version, None, None)
+            for line in text.splitlines():
+                if not line.strip():
+                    continue
+                action = json.loads(line)
+                if "txn" in action:
+                    commit.txn = (action["txn"]["appId"], int(action["txn"]["version"]))
+                elif "add" in action:
+                    commit.adds.add(unquote(action["add"]["path"]))
+                elif "commitInfo" in action:
+                    commit.operation = action["commitInfo"].get("operation")
+            self.commits[version] = commit
+        return self
+
+    @property
+    def version(self) -> int:
+        return max(self.commits) if self.commits else -1
+
+    def txns(self) -> set[tuple[str, int]]:
+        return {c.txn for c in self.commits.values() if c.txn is not None}
+
+    def data_files(self) -> set[str]:
+        """Parquet files under the table folder (relative paths), committed or not."""
+        if not self.table.exists():
+            return set()
+        return {str(p.relative_to(self.table)) for p in self.table.rglob("*.parquet")
+                if "_delta_log" not in p.parts}
+
+    def committed_files(self) -> set[str]:
+        return set().union(*(c.adds for c in self.commits.values())) if self.commits else set()
+
+
+def kill_between_bronze_and_quarantine(svc, settings, min_batch: int,
+                                       timeout: float = 240) -> tuple[int, bool]:
+    """SIGKILL the service inside the bronze foreachBatch of a batch >= `min_batch`: after its
+    bronze append (a bronze commit carrying txnVersion N) and before its quarantine append (no
+    quarantine commit with txnVersion N yet). Returns (N, whether the kill landed in that gap:
+    False when the quarantine commit got in between the check and the signal)."""
+    bronze = DeltaLog(settings.table_path("bronze_events"))
+    quarantine = DeltaLog(settings.table_path("quarantined_events"))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        bronze.refresh()
+        quarantine.refresh()
+        pending = {t for t in bronze.txns() - quarantine.txns() if t[1] >= min_batch}
+        if pending:
+            crash(svc)
+            batch = max(pending, key=lambda t: t[1])
+            landed = batch not in quarantine.refresh().txns()
+            commits = Path(settings.checkpoint_path("bronze")) / "commits" / str(batch[1])
+            assert not commits.exists(), f"batch {batch[1]} committed before the kill"
+            return batch[1], landed
+        if svc.poll() is not None:
+            raise AssertionError(f"service exited {svc.returncode}: {output(svc)}")
+        time.sleep(0.01)
+    _kill(svc)
+    raise AssertionError(f"no bronze batch >= {min_batch} between its two appends in {timeout}s")
+
+
+CORRECTIONS_HOOKS = ("merge_files_written", "changelog_committed", "gold_committed")
+
+
+def corrections_process(env, d, run_id: str, log_path: str | Path) -> subprocess.Popen:
+    """One corrections run of date `d` in a process (group) of its own, to be killed."""
+    return _spawn([sys.executable, "-m", "spark_jobs.faults", "corrections", d.isoformat(),
+                   run_id], env, log_path)
+
+
+def kill_corrections(proc, settings, hook: str, timeout: float = 600) -> str | None:
+    """SIGKILL a corrections process (`corrections_process`) at `hook`:
+    - `merge_files_written`: a MERGE into `late_corrections` or `reconciled_aggregates` has
+      written data files that no commit holds yet (the MERGE is running);
+    - `changelog_committed`: `late_corrections` has the run's commit, gold does not yet;
+    - `gold_committed`: gold has the run's commit, `corrections_state` does not yet.
+    Returns what the kill interrupted (re-checked after the kill: the commit that was still
+    missing is still missing), or None when the process finished (or committed the next step)
+    before the signal landed."""
+    names = ("late_corrections", "reconciled_aggregates", "corrections_state")
+    logs = {name: DeltaLog(settings.table_path(name)).refresh() for name in names}
+    start = {name: log.version for name, log in logs.items()}
+    before = {name: logs[name].data_files() for name in names[:2]}
+
+    def new(name: str) -> bool:
+        return logs[name].refresh().version > start[name]
+
+    def pending_merge() -> str | None:
+        for name in names[:2]:
+            if not new(name) and (logs[name].data_files() - before[name]
+                                  - logs[name].committed_files()):
+                return name
+        return None
+
+    # The commit that must still be missing after the kill for it to have landed at the hook.
+    waiting_for = {"changelog_committed": "reconciled_aggregates",
+                   "gold_committed": "corrections_state"}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return None
+        if hook == "merge_files_written":
+            target = pending_merge()
+        elif hook == "changelog_committed":
+            target = waiting_for[hook] if new("late_corrections") and not new(
+                "reconciled_aggregates") else None
+        else:
+            target = waiting_for[hook] if new("reconciled_aggregates") and not new(
+                "corrections_state") else None
+        if target is not None:
+            crash(proc)
+            return None if new(target) else f"{hook} ({target} not committed)"
+        time.sleep(0.01)
+    _kill(proc)
+    raise AssertionError(f"corrections did not reach {hook} within {timeout}s: {output(proc)}")
+
+
+def _corrections_main(argv: list[str]) -> int:
+    from datetime import date
+
+    from lakehouse.settings import Settings
+    from spark_jobs.corrections import run_corrections
+    from spark_jobs.session import get_spark
+
+    d, run_id = date.fromisoformat(argv[0]), argv[1]
+    settings = Settings.from_env()
+    result = run_corrections(get_spark(settings), settings, d, run_id=run_id)
+    print(f"corrections {d}: mode {result.mode}, corrected {result.corrected}, "
+          f"inserted {result.inserted}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["corrections"]:
+        sys.exit(_corrections_main(sys.argv[2:]))
+    sys.exit("usage: python -m spark_jobs.faults corrections <date> <run_id>")

@@ -1,0 +1,99 @@
+"""The fast subset of `make drills` (drill 6, authentication): a broker of the test's own with a
+SASL_PLAINTEXT/SCRAM-SHA-512 listener; the right credentials produce and consume with
+confluent-kafka; a `stream_catch_up` run with a wrong password fails fast with an error naming
+authentication, makes a bounded number of attempts (none after it failed) and leaks the secret
+nowhere: not in the exception, the captured output, or the run's Dagster event log."""
+
+import secrets
+import time
+import uuid
+
+import pytest
+from conftest import free_port, run_job
+
+from orchestration.run_report import event_log_text, failure_text
+
+MAX_FAILED_HANDSHAKES = 30  # the drill's bound (bench/drills/auth.py)
+
+
+@pytest.fixture(scope="module")
+def sasl(tmp_path_factory):
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "infra" / "kafka"))
+    from sasl_broker import SaslBroker
+
+    user, password = "lakehouse", "right-" + secrets.token_urlsafe(16)
+    broker = SaslBroker(tmp_path_factory.mktemp("sasl"), free_port(), free_port(),
+                        users={user: password})
+    broker.up()
+    try:
+        yield broker, user, password
+    finally:
+        broker.down()
+        from lakehouse.kafka_admin import forget_admins
+
+        forget_admins(broker.bootstrap)  # no reconnects to a broker that is gone
+
+
+def test_right_credentials_produce_and_consume(sasl, monkeypatch):
+    from confluent_kafka import Consumer
+
+    from lakehouse.generator import Record, produce
+    from lakehouse.settings import Settings
+
+    broker, user, password = sasl
+    for k, v in broker.client_env(user, password).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("EVENTS_TOPIC", f"sasl-{uuid.uuid4().hex[:8]}")
+    settings = Settings.from_env()
+    values = [f'{{"n": {i}}}'.encode() for i in range(5)]
+    assert produce(settings, [Record(None, v, "event") for v in values]) == 5
+    consumer = Consumer({**settings.client_config, "group.id": "drills-fast",
+                         "auto.offset.reset": "earliest", "log_level": 3})
+    consumer.subscribe([settings.events_topic])
+    got, deadline = [], time.monotonic() + 30
+    try:
+        while len(got) < 5 and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(values)
+
+
+def test_wrong_credentials_fail_fast_naming_authentication_without_leaking(
+        sasl, monkeypatch, tmp_path, capfd):
+    from dagster import DagsterInstance
+
+    broker, user, password = sasl
+    wrong = "wrong-" + secrets.token_urlsafe(16)
+    env = broker.client_env(user, password)
+    env["KAFKA_SASL_PASSWORD"] = wrong
+    env["KAFKA_SASL_JAAS_CONFIG"] = env["KAFKA_SASL_JAAS_CONFIG"].replace(password, wrong)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("EVENTS_TOPIC", f"sasl-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("LAKEHOUSE_ROOT", str(tmp_path / "lakehouse"))
+    before = broker.failed_authentications()
+    instance = DagsterInstance.ephemeral()
+    t0 = time.monotonic()
+    result, _ = run_job("stream_catch_up", instance)
+    took = time.monotonic() - t0
+    attempts = broker.failed_authentications() - before
+
+    assert not result.success
+    error = failure_text(result)
+    assert "KafkaAuthenticationFailed" in error and "authentication failed" in error.lower()
+    assert took < 60, took
+    assert 0 < attempts <= MAX_FAILED_HANDSHAKES
+    time.sleep(3)  # the rejected client was closed: no reconnects after the failure
+    assert broker.failed_authentications() - before == attempts
+    out, err = capfd.readouterr()
+    texts = {"exception": error, "stdout": out, "stderr": err,
+             "event log": event_log_text(instance, result.run_id)}
+    assert user in error  # names who was rejected, never the password
+    assert [name for name, text in texts.items() if wrong in text or password in text] == []
