@@ -29,6 +29,8 @@ REASONS = (
     "not_an_object",
     "missing_event_id",
     "missing_key",
+    "invalid_event_id",
+    "invalid_key",
     "missing_event_time",
     "missing_value",
     "invalid_event_time",
@@ -58,6 +60,13 @@ KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 
 def _blank(c: Column) -> Column:
     return c.isNull() | (F.trim(c) == "")
+
+
+def _not_scalar(variant_type: Column) -> Column:
+    """An identity field that is a JSON object, array or boolean: its text is no id. (A number
+    is kept as its JSON text: `123` and `"123"` are one id.)"""
+    return variant_type.startswith("OBJECT") | variant_type.startswith("ARRAY") | (
+        variant_type == "BOOLEAN")
 
 
 def parse_events(raw: DataFrame, settings: Settings) -> tuple[DataFrame, DataFrame]:
@@ -109,6 +118,8 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
         "*",
         F.try_variant_get(v, "$.event_id", "string").alias("event_id"),
         F.try_variant_get(v, "$.key", "string").alias("key"),
+        F.schema_of_variant(F.try_variant_get(v, "$.event_id", "variant")).alias("_id_type"),
+        F.schema_of_variant(F.try_variant_get(v, "$.key", "variant")).alias("_key_type"),
         F.try_variant_get(v, "$.event_time", "string").alias("_time_text"),
         F.try_variant_get(v, "$.value", "string").alias("_value_text"),
         F.schema_of_variant(F.try_variant_get(v, "$.value", "variant")).alias("_value_type"),
@@ -168,6 +179,8 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
         .when(~F.col("_is_object"), "not_an_object")
         .when(_blank(F.col("event_id")), "missing_event_id")
         .when(_blank(F.col("key")), "missing_key")
+        .when(_not_scalar(F.col("_id_type")), "invalid_event_id")
+        .when(_not_scalar(F.col("_key_type")), "invalid_key")
         .when(F.col("_time_text").isNull(), "missing_event_time")
         .when(F.col("_value_text").isNull(), "missing_value")
         .when(payload_time.isNull(), "invalid_event_time")
@@ -185,7 +198,7 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
         F.col("_raw_key").cast("string").alias("record_key"),
         reason.alias("reason"),
         # Kept for the quarantine projection, which runs only on rejected rows.
-        "_raw_key", "_raw_value", "value_bytes", "_time_text", "_value_text", "_exact18",
+        "_raw_key", "_raw_value", "value_bytes", "_time_text", "_value_text", "_exact18", "_id_type", "_key_type",
     )
 
 
@@ -223,6 +236,10 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
                        F.substring(F.coalesce(F.col("_exact18").cast("string"),
                                               F.col("_value_text")), 1, 80),
                        F.lit(f" (exact decimal, at most 6 fractional digits, |v| < {MAX_ABS_VALUE})")))
+        .when(reason.isin("invalid_event_id", "invalid_key"),
+              F.concat(F.lit("event_id or key is a JSON "), F.lower(F.split(F.coalesce(
+                  F.when(reason == "invalid_event_id", F.col("_id_type")), F.col("_key_type")),
+                  "<")[0]), F.lit(", not a string")))
         .when(reason == "event_time_before_start",
               F.concat(F.lit("event_time="), F.col("_time_text"),
                        F.lit(f" is before LAKEHOUSE_START_DATE={settings.partitions_start_date}"

@@ -111,6 +111,12 @@ BAD_CASES = [
     # Epoch seconds sent as milliseconds: January 1970, before any partition.
     (ev(event_time=1795168846), "event_time_before_start"),
     (ev(event_time="2024-12-31T23:59:59Z"), "event_time_before_start"),
+    # Identity fields that are no string: an object's, array's or boolean's text is no id.
+    (ev(event_id={"id": 1}), "invalid_event_id"),
+    (ev(event_id=[1]), "invalid_event_id"),
+    (ev(event_id=True), "invalid_event_id"),
+    (ev(key=["merchant-1"]), "invalid_key"),
+    (ev(key=False), "invalid_key"),
 ]
 
 
@@ -130,6 +136,8 @@ def test_every_malformed_record_is_quarantined_with_its_reason(spark):
     assert bad[26].detail.startswith("value=1.0000000000000001")
     assert bad[5].quarantine_date.isoformat() == "2026-11-21"
     assert "LAKEHOUSE_START_DATE=2025-01-01" in bad[34].detail
+    assert bad[36].detail == "event_id or key is a JSON object, not a string"
+    assert bad[39].detail == "event_id or key is a JSON array, not a string"
 
 
 def test_future_skew_boundary_is_inclusive(spark):
