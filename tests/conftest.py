@@ -54,6 +54,7 @@ def pipeline_env(root: Path, bootstrap: str, prefix: str, topic: str | None = No
     """Environment of an independent pipeline instance (own LAKEHOUSE_ROOT and, unless `topic`
     is given, own topic) for a module-scoped scenario; restores the environment afterwards.
     Yields its Settings."""
+    from lakehouse.env import overridden
     from lakehouse.settings import Settings
 
     env = {
@@ -61,16 +62,8 @@ def pipeline_env(root: Path, bootstrap: str, prefix: str, topic: str | None = No
         "EVENTS_TOPIC": topic or f"{prefix}-{uuid.uuid4().hex[:8]}",
         "LAKEHOUSE_ROOT": str(root / "lakehouse"),
     }
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with overridden(env):
         yield Settings.from_env()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def run_job(name: str, instance, **kw):

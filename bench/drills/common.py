@@ -86,6 +86,7 @@ def free_port() -> int:
 def instance(ctx: Context, name: str, topic: str | None = None, **extra: str):
     """An independent pipeline instance (own LAKEHOUSE_ROOT, own topic unless given) in this
     process's environment, restored afterwards. Yields its Settings."""
+    from lakehouse.env import overridden
     from lakehouse.settings import Settings
 
     env = {
@@ -94,16 +95,8 @@ def instance(ctx: Context, name: str, topic: str | None = None, **extra: str):
         "LAKEHOUSE_ROOT": str(ctx.workdir / f"{name}-{uuid.uuid4().hex[:6]}"),
         **extra,
     }
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with overridden(env):
         yield Settings.from_env()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def service_env(**extra: str) -> dict[str, str]:
