@@ -16,6 +16,8 @@ import sys
 import threading
 from contextlib import ExitStack
 
+from confluent_kafka import KafkaException
+
 from lakehouse.kafka_admin import ensure_topic, topic_offsets
 from lakehouse.settings import Settings, spark_interval
 from spark_jobs.lock import CheckpointBusy, checkpoint_lock
@@ -87,12 +89,24 @@ def _record_new(spark, settings, queries, recorded, metrics=None) -> None:
         if not new:
             continue
         if name == BRONZE_QUERY:
-            ends = {p.partition: p.latest for p in topic_offsets(settings)}
+            ends = _topic_ends(settings)
         record_progress(spark, settings, name, new, ends if name == BRONZE_QUERY else None)
         recorded[name] = max(p["batchId"] for p in new)
         last = new[-1]
         print(f"{name}: batch {last['batchId']} rows {last.get('numInputRows')} "
               f"watermark {(last.get('eventTime') or {}).get('watermark')}", flush=True)
+
+
+def _topic_ends(settings) -> dict[int, int] | None:
+    """The topic's end offsets for the progress rows (the lag), or None while no broker answers:
+    the queries ride out a broker outage (the Kafka source retries), so the bookkeeping must not
+    be what stops the service."""
+    try:
+        return {p.partition: p.latest for p in topic_offsets(settings)}
+    except KafkaException as exc:
+        print(f"warning: topic end offsets unavailable, progress recorded without lag: {exc}",
+              file=sys.stderr, flush=True)
+        return None
 
 
 def main() -> int:

@@ -14,8 +14,8 @@ Drills (each prints what it did and what it verified):
                fast, naming authentication, without a retry storm or the secret in any output
 
 DRILLS_SCALE (default 1) scales the record counts (e.g. 0.05 for a quick run; the number of
-faults does not scale). The summary list goes to bench/results/drills-<YYYY-MM-DD>.json; the
-exit status is non-zero when any drill fails.
+faults does not scale). The summary list goes to bench/results/drills-<YYYY-MM-DD>.json (each
+drill's newest result of the day); the exit status is non-zero when any drill fails.
 """
 
 from __future__ import annotations
@@ -114,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = [{**r.summary(), **run_facts} for r in results]
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"drills-{started.date().isoformat()}.json"
-    out.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    # The day's file keeps each drill's newest result: `--only` reruns replace just theirs.
+    ran = {r["drill"] for r in summary}
+    kept = [r for r in (json.loads(out.read_text()) if out.exists() else []) if r["drill"] not in ran]
+    out.write_text(json.dumps(kept + summary, indent=2, default=str) + "\n")
     print("\nsummary:")
     header = ("drill", "runs", "faults_injected", "records_checked", "lost", "duplicated",
               "wrong", "seconds", "passed")
