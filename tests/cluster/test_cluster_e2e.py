@@ -106,22 +106,25 @@ def launch(instance, job: str, partition: str, env) -> str:
     return new[0].run_id
 
 
-def stop_automation(env) -> list[str]:
+def stop_automation(instance) -> list[str]:
     """Stop every schedule and sensor in the instance (they default to running), so the daemon
     launches only the runs this test queues: on two cores each automatic run (a Spark app of
-    its own) would queue ahead of ours. Stopped states live in Postgres like any operator's."""
-    from orchestration.definitions import defs
+    its own) would queue ahead of ours. Stopped states live in Postgres like any operator's.
+    One workspace load for all of them (what `dagster schedule stop` does once per name)."""
+    from dagster import __version__
+    from dagster._cli.workspace.cli_target import get_repository_from_cli_opts
+    from dagster_shared.cli import WorkspaceOpts
 
-    dagster = str(Path(sys.executable).parent / "dagster")
-    commands = [[dagster, kind, "stop", "-w", "workspace.yaml", name]
-                for kind, items in (("schedule", defs.schedules), ("sensor", defs.sensors))
-                for name in sorted(item.name for item in items or [])]
-    procs = [subprocess.Popen(c, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for c in commands]
-    for command, proc in zip(commands, procs, strict=True):
-        out, _ = proc.communicate(timeout=300)
-        assert proc.returncode == 0, (command[1:3] + command[-1:], out[-2000:])
-    return [c[-1] for c in commands]
+    opts = WorkspaceOpts(workspace=[str(REPO / "workspace.yaml")])
+    with get_repository_from_cli_opts(instance, __version__, opts, None) as repo:
+        for schedule in repo.get_schedules():
+            instance.stop_schedule(schedule.get_remote_origin_id(), schedule.selector_id,
+                                   schedule)
+        for sensor in repo.get_sensors():
+            instance.stop_sensor(sensor.get_remote_origin_id(), sensor.selector_id, sensor)
+        names = [i.name for i in (*repo.get_schedules(), *repo.get_sensors())]
+    assert names, "no schedules or sensors found in the workspace"
+    return sorted(names)
 
 
 def restore_automation(instance, names: list[str]) -> None:
@@ -215,7 +218,7 @@ def test_the_pipeline_on_object_storage_a_spark_cluster_postgres_and_three_broke
     _stop_local_spark()  # the daemon's runs need the cluster's cores
 
     # The daily jobs through the daemon: queued, launched in their own processes, with pools.
-    figures["automation_stopped"] = stop_automation(dict(os.environ))
+    figures["automation_stopped"] = stop_automation(instance)
     since = time.time()
     daemon = subprocess.Popen(
         [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", "workspace.yaml"],
