@@ -77,8 +77,8 @@ def _catch_up(spark: SparkResource, lakehouse: LakehouseResource, query: str) ->
 def bronze_events(context: AssetExecutionContext, lakehouse: LakehouseResource,
                   spark: SparkResource) -> MaterializeResult:
     settings = lakehouse.settings
-    meta, _ = _catch_up(spark, lakehouse, stream.BRONZE_QUERY)
-    meta.update(bronze_summary(spark.session, settings))
+    meta, batch_ids = _catch_up(spark, lakehouse, stream.BRONZE_QUERY)
+    meta.update(bronze_summary(spark.session, settings, batch_ids))
     meta["path"] = MetadataValue.path(settings.table_path(BRONZE.name))
     meta["quarantine_path"] = MetadataValue.path(settings.table_path(QUARANTINE.name))
     return MaterializeResult(metadata=meta)

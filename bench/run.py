@@ -8,7 +8,11 @@ One run measures, on the same generated data and one warm SparkSession:
   (whole-date) run vs. an incremental run after the same few late events. The whole-date cost
   grows with the date; the incremental cost should follow the windows touched, so its ratio
   between the two dates stays near 1;
-- replay of the large date.
+- replay of the large date;
+- the same topic through the jobs a user would write by hand (`bench/handwritten.py`): the
+  stream catch-up (bronze + aggregates) and the replay as ratios of their throughput;
+- the run metadata of an idle catch-up (nothing new) on this lakehouse vs. on a fresh one: it
+  comes from the Delta log and the run's own rows, so the ratio should stay near 1.
 Compare the ratios within one run, not absolute numbers across machines or runs.
 """
 
@@ -56,6 +60,25 @@ def late_events_for(days_ago: int, seed: int) -> list:
                              span=timedelta(minutes=30), malformed_fraction=0,
                              duplicate_fraction=0, late_fraction=0)
     return generate(config).records
+
+
+def idle_run_metadata(spark, settings) -> None:
+    from spark_jobs.run_metadata import bronze_summary, streaming_summary
+
+    bronze_summary(spark, settings, [])
+    streaming_summary(spark, settings, [])
+
+
+def idle_run_metadata_seconds(spark, settings) -> dict:
+    """Seconds of an idle run's metadata (best of 3) here and on a fresh, empty lakehouse."""
+    from spark_jobs.tables import ensure_tables
+
+    fresh = Settings.from_env({**os.environ,
+                               "LAKEHOUSE_ROOT": f"{settings.lakehouse_root}-fresh"})
+    ensure_tables(spark, fresh)
+    return {name: round(min(timed(lambda s=s: idle_run_metadata(spark, s))[1]
+                            for _ in range(3)), 2)
+            for name, s in (("fresh", fresh), ("history", settings))}
 
 
 def main() -> int:
@@ -111,6 +134,14 @@ def main() -> int:
     for name, d in dates.items():
         incremental[name] = timed(lambda d=d: run_corrections(spark, settings, d, run_id="bench-incr"))
     _, replay_s = timed(lambda: run_replay(spark, settings, dates["large"]))
+    metadata_s = idle_run_metadata_seconds(spark, settings)
+    from bench import handwritten
+
+    _, hand_stream_s = timed(lambda: handwritten.streaming_job(
+        spark, settings, f"{root}/handwritten/windows", f"{root}/handwritten/checkpoint",
+        max_offsets=total + 1000))
+    _, hand_batch_s = timed(lambda: handwritten.batch_job(
+        spark, settings, f"{root}/handwritten/replay", dates["large"]))
 
     def corrections(runs: dict) -> dict:
         return {name: {"seconds": round(s, 1), "mode": r.mode,
@@ -139,6 +170,12 @@ def main() -> int:
         "corrections_incremental_vs_full_large": round(
             incremental["large"][1] / full["large"][1], 2),
         "replay_large_date_s": round(replay_s, 1),
+        "handwritten_stream_records_per_s": round(total / hand_stream_s),
+        "stream_vs_handwritten": round(hand_stream_s / (bronze_s + agg_s), 2),
+        "handwritten_batch_large_date_s": round(hand_batch_s, 1),
+        "replay_vs_handwritten": round(hand_batch_s / replay_s, 2),
+        "idle_run_metadata_s": metadata_s,
+        "idle_run_metadata_history_vs_fresh": round(metadata_s["history"] / metadata_s["fresh"], 2),
     }
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"bench-{result['date'][:10]}.json"

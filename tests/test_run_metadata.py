@@ -1,0 +1,93 @@
+"""Run metadata costs what the run did, not what history holds: totals come from the Delta log,
+the run's own rows and the open windows from files Delta's data skipping keeps. Proved by
+deleting the older data files from storage (left in the log): any query that read the whole
+table would fail on them, and the totals still count them."""
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from pyspark.sql import types as T
+
+from lakehouse.settings import Settings
+from lakehouse.table_stats import log_stats
+from spark_jobs.run_metadata import bronze_summary, recent_windows
+from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING, ensure_tables, read_table
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+OLD = NOW - timedelta(days=30)
+DEFAULTS = {T.StringType: "x", T.IntegerType: 0, T.LongType: 0, T.TimestampType: NOW,
+            T.DateType: NOW.date(), T.DecimalType: Decimal(1)}
+
+
+def append(spark, settings, table, rows: list[dict]) -> set[str]:
+    """Append `rows` (missing columns get defaults) in one commit; returns the new data files."""
+    path = Path(settings.table_path(table.name))
+    before = set(path.rglob("*.parquet"))
+    schema = read_table(spark, settings, table).schema
+    filled = [tuple(r.get(f.name, DEFAULTS[type(f.dataType)]) for f in schema.fields)
+              for r in rows]
+    spark.createDataFrame(filled, schema).coalesce(1).write.format("delta").mode("append") \
+        .save(str(path))
+    return set(path.rglob("*.parquet")) - before
+
+
+def window(start: datetime, status: str, batch: int) -> dict:
+    return {"event_date": start.date(), "window_start": start,
+            "window_end": start + timedelta(minutes=1), "key": f"k{start:%H%M}{status}",
+            "status": status, "batch_id": batch}
+
+
+def test_run_metadata_reads_only_the_runs_rows_and_the_log(spark, tmp_path):
+    settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
+    ensure_tables(spark, settings)
+    # History: a month-old date, every window final, written by batch 0.
+    old = [append(spark, settings, BRONZE, [{"event_time": OLD, "event_date": OLD.date(),
+                                             "bronze_batch_id": 0}] * 3),
+           append(spark, settings, QUARANTINE, [{"reason": "invalid_json",
+                                                 "bronze_batch_id": 0}] * 4),
+           append(spark, settings, STREAMING, [window(OLD + timedelta(minutes=m), "final", 0)
+                                               for m in range(5)]),
+           append(spark, settings, LATE, [{"batch_id": 0, "event_date": OLD.date()}] * 2)]
+    # This run: batches 7 and 8.
+    newest = NOW - timedelta(minutes=3, milliseconds=250)
+    append(spark, settings, BRONZE, [{"event_time": newest, "event_date": newest.date(),
+                                      "bronze_batch_id": 7}] * 2)
+    append(spark, settings, QUARANTINE, [{"reason": "missing_key", "bronze_batch_id": 7},
+                                         {"reason": "invalid_value", "bronze_batch_id": 8}])
+    start = NOW.replace(second=0) - timedelta(minutes=10)
+    append(spark, settings, STREAMING, [window(start, "final", 7), window(start, "open", 8),
+                                        window(start + timedelta(minutes=1), "open", 8)])
+    append(spark, settings, LATE, [{"batch_id": 8, "event_date": NOW.date()}])
+    for f in set().union(*old):
+        f.unlink()  # still in the Delta log: a full scan would now fail
+    for table in (QUARANTINE, STREAMING, LATE):
+        with pytest.raises(Exception, match="(?i)not exist|FileNotFound|FAILED_READ_FILE"):
+            read_table(spark, settings, table).groupBy("batch_id" if table != QUARANTINE
+                                                       else "reason").count().collect()
+
+    bronze = bronze_summary(spark, settings, [7, 8])
+    assert bronze["bronze_rows"] == 5 and bronze["quarantined_rows"] == 6
+    assert bronze["quarantine_reasons_in_run"] == {"missing_key": 1, "invalid_value": 1}
+    assert datetime.fromisoformat(bronze["newest_event_time"]) == newest
+    assert bronze_summary(spark, settings, [])["quarantine_reasons_in_run"] == {}
+
+    watermark = start + timedelta(minutes=1, seconds=30)
+    row, newest_closed = recent_windows(spark, settings, [7, 8], watermark)
+    assert (row.open, row.touched, row.closed) == (2, 3, 1)
+    assert newest_closed == int((start + timedelta(minutes=1)).timestamp() * 1_000_000)
+    assert log_stats(settings, STREAMING.name).rows == 8
+    assert log_stats(settings, LATE.name).rows == 3
+
+
+def test_log_stats_of_a_missing_table_and_after_rewrites(spark, tmp_path):
+    settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
+    assert log_stats(settings, BRONZE.name, max_of=("event_time",)).rows == 0
+    ensure_tables(spark, settings)
+    append(spark, settings, STREAMING, [window(NOW - timedelta(minutes=m), "open", 1)
+                                        for m in range(1, 6)])
+    spark.sql(f"DELETE FROM delta.`{settings.table_path(STREAMING.name)}` "
+              "WHERE window_start < current_timestamp() - INTERVAL 3 MINUTES")
+    # A rewrite removes files from the snapshot: the log's total follows it.
+    assert log_stats(settings, STREAMING.name).rows == read_table(spark, settings, STREAMING).count()
