@@ -28,7 +28,7 @@ else
 $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
 endif
 
-.PHONY: setup kafka-up kafka-down demo test ui stream bench drills lint clean screenshots dagster-instance \
+.PHONY: setup kafka-up kafka-down demo test ui stream bench profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster
 
@@ -128,6 +128,10 @@ stream: setup kafka-up
 
 bench: setup kafka-up
 	$(PY) -m bench.run
+
+# Where a stream catch-up's time goes: Spark jobs by origin and Delta commits per table.
+profile: setup kafka-up
+	$(PY) -m bench.profile
 
 # Fault drills (bench/drills): crashes, broker restart, concurrent writers, bad input at volume,
 # retention, authentication. DRILLS_SCALE=0.05 for a quick run; results in bench/results/.

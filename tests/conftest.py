@@ -144,11 +144,16 @@ def scenario(tmp_path_factory, kafka_bootstrap, spark):
         expected = Expected.of(chunks)
         dates = sorted({r.time.date() for r in expected.rows})
         instance = DagsterInstance.ephemeral()
-        outcomes = {}
+        outcomes = {"catch_ups": []}
         for i, chunk in enumerate(chunks):
             produce(settings, chunk)
             result, _ = run_job("stream_catch_up", instance)
             assert result.success, f"catch-up {i} failed"
+            materializations = [e.event_specific_data.materialization
+                                for e in result.get_asset_materialization_events()]
+            outcomes["catch_ups"].append({
+                m.asset_key.to_user_string(): {k: v.value for k, v in m.metadata.items()}
+                for m in materializations})
             if i == 1:  # publish the first date before the last chunk: it gets corrected
                 result, checks = run_job("reconcile_dates", instance,
                                          partition_key=dates[0].isoformat())

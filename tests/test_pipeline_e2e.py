@@ -175,3 +175,24 @@ def test_timeline_report_shows_the_scenario_on_one_time_axis(scenario):
     what_if = [c for _, c in series["what_if_late_records"]["points"]]
     assert what_if == sorted(what_if, reverse=True) and what_if[0] > what_if[-1]
     assert sum(c for _, c in series["lateness_histogram"]["points"]) == data["bronze_rows"]
+
+
+def test_catch_up_metadata_agrees_with_the_tables(scenario):
+    """The catch-ups' metadata (from the Delta log and each run's own rows, never a full scan)
+    says what the tables hold: totals after the last run, and per run what that run added."""
+    settings, expected, _, outcomes, _ = scenario
+    runs = outcomes["catch_ups"]
+    bronze, aggregates = runs[-1]["bronze_events"], runs[-1]["streaming_aggregates"]
+    streaming = read(settings, "streaming_aggregates")
+    assert bronze["bronze_rows"] == read(settings, "bronze_events").num_rows
+    assert bronze["quarantined_rows"] == sum(expected.malformed.values())
+    in_runs = Counter()
+    for run in runs:
+        in_runs.update(run["bronze_events"]["quarantine_reasons_in_run"])
+    assert in_runs == expected.malformed  # each run's own reasons add up to the table
+    assert aggregates["windows"] == streaming.num_rows
+    assert aggregates["windows_open"] == streaming["status"].to_pylist().count("open")
+    assert aggregates["windows_final"] == streaming["status"].to_pylist().count("final")
+    assert aggregates["late_events"] == read(settings, "late_events").num_rows
+    assert sum(r["streaming_aggregates"]["late_events_in_run"] for r in runs) == len(expected.late)
+    assert aggregates["freshness_newest_closed_window_s"] is not None
