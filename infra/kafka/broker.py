@@ -38,6 +38,19 @@ JARS = REPO / ".jars" / "kafka"
 HERE = Path(__file__).resolve().parent
 
 
+
+def launch(java: str, cp: str, config: Path, log_file: Path, log_config: Path, heap: str) -> int:
+    """Start `kafka.Kafka` detached (its own session, output appended to `log_file`): returns
+    its pid. Shared by the plain brokers and the SASL one."""
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen(
+            [java, *heap.split(), "-XX:+UseG1GC", "-Djava.awt.headless=true",
+             f"-Dlog4j2.configurationFile={log_config}", "-cp", cp, "kafka.Kafka", str(config)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return proc.pid
+
 class BrokerError(RuntimeError):
     pass
 
@@ -193,16 +206,9 @@ class Broker:
         self._render_config()
         self._format_once(java, cp)
         if self.pid() is None:
-            heap = os.environ.get("KAFKA_HEAP_OPTS", self.default_heap).split()
-            with open(self.log_file, "ab") as log:
-                proc = subprocess.Popen(
-                    [java, *heap, "-XX:+UseG1GC", "-Djava.awt.headless=true",
-                     f"-Dlog4j2.configurationFile={HERE / 'log4j2.yaml'}",
-                     "-cp", cp, "kafka.Kafka", str(self.config)],
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            self.pid_file.write_text(str(proc.pid))
+            heap = os.environ.get("KAFKA_HEAP_OPTS", self.default_heap)
+            pid = launch(java, cp, self.config, self.log_file, HERE / "log4j2.yaml", heap)
+            self.pid_file.write_text(str(pid))
 
     def down(self, wait_s: float = 30.0) -> str:
         pid = self.pid()

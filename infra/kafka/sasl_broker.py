@@ -184,16 +184,9 @@ class SaslBroker(Broker):
         self._render_config()
         self._format_once(java, cp)
         if self.pid() is None:
-            heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xms128m -Xmx512m").split()
-            with open(self.log_file, "ab") as log:
-                proc = subprocess.Popen(
-                    [java, *heap, "-XX:+UseG1GC", "-Djava.awt.headless=true",
-                     f"-Dlog4j2.configurationFile={self.log_config}",
-                     "-cp", cp, "kafka.Kafka", str(self.config)],
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            self.pid_file.write_text(str(proc.pid))
+            heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xms128m -Xmx512m")
+            pid = _broker.launch(java, cp, self.config, self.log_file, self.log_config, heap)
+            self.pid_file.write_text(str(pid))
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if self.pid() is None:
