@@ -39,7 +39,7 @@ def _jobs(spark) -> list[dict]:
 def _what(job: dict) -> str:
     """Delta names its own jobs in the description; Python actions by their call site."""
     description = (job.get("description") or "").split("\n")[0]
-    if description.startswith("Delta") or description.startswith("delta"):
+    if description.lower().startswith("delta"):
         return description[:100]
     return job.get("name", "?")[:100]
 
@@ -72,7 +72,7 @@ def profile(spark, settings: Settings, query: str) -> dict:
         "batches": len(progresses),
         "spark_jobs": len(jobs),
         "spark_job_seconds": round(sum(sum(v) for v in groups.values()), 1),
-        "delta_commits": {t: after[t] - max(versions[t], -1) for t in TABLES
+        "delta_commits": {t: after[t] - versions[t] for t in TABLES
                           if after[t] != versions[t]},
         "jobs_by_origin": [
             {"origin": k, "jobs": len(v), "seconds": round(sum(v), 2)}

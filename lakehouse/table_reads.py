@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import date
 
-import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from lakehouse.settings import Settings
+from lakehouse.table_stats import add_actions
 
 KEY = ("window_start", "key")
 MEASURES = ("event_count", "value_sum", "value_min", "value_max", "event_fingerprint")
@@ -26,12 +26,10 @@ def read(settings: Settings, name: str, event_date: date | None = None):
 def bronze_dates(settings: Settings) -> set[date]:
     """Event dates that have bronze data, from the Delta log alone (no data file is read)."""
 
-    uri, options = settings.delta_rs("bronze_events")
-    if not DeltaTable.is_deltatable(uri, storage_options=options):
+    actions = add_actions(settings, "bronze_events")
+    if actions is None or "partition.event_date" not in actions.column_names:
         return set()
-    actions = pa.table(DeltaTable(uri, storage_options=options).get_add_actions(
-        flatten=True)).to_pydict()
-    return {date.fromisoformat(str(v)) for v in actions.get("partition.event_date", []) if v}
+    return {date.fromisoformat(str(v)) for v in actions["partition.event_date"].to_pylist() if v}
 
 
 def table_counts(settings: Settings) -> dict:

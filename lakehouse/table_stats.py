@@ -1,10 +1,11 @@
-"""Table totals from the Delta log alone: the add actions' statistics (`numRecords`, per-column
+"""Table facts from the Delta log alone: the add actions' statistics (`numRecords`, per-column
 max), no data file read. Their cost follows the number of files in the snapshot, not the rows,
 so run metadata stays as cheap on years of history as on a fresh lakehouse."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,27 +25,40 @@ class LogStats:
     max: dict[str, object] = field(default_factory=dict)
 
 
-def log_stats(settings: Settings, name: str, max_of: tuple[str, ...] = ()) -> LogStats:
+def add_actions(settings: Settings, name: str) -> pa.Table | None:
+    """The current snapshot's add actions, flattened (`num_records`, `min.<col>`, `max.<col>`,
+    `partition.<col>`), or None when the table does not exist yet."""
     uri, options = settings.delta_rs(name)
     if not DeltaTable.is_deltatable(uri, storage_options=options):
-        return LogStats(0, 0, dict.fromkeys(max_of))
-    actions = pa.table(DeltaTable(uri, storage_options=options).get_add_actions(flatten=True))
-    if actions.num_rows == 0:
+        return None
+    return pa.table(DeltaTable(uri, storage_options=options).get_add_actions(flatten=True))
+
+
+def log_stats(settings: Settings, name: str, max_of: tuple[str, ...] = ()) -> LogStats:
+    actions = add_actions(settings, name)
+    if actions is None or actions.num_rows == 0:
         return LogStats(0, 0, dict.fromkeys(max_of))
     return LogStats(
-        rows=_total(actions, "num_records"),
+        rows=_complete(actions, "num_records", pc.sum),
         files=actions.num_rows,
-        max={c: _max(actions, f"max.{c}") for c in max_of},
+        max={c: _complete(actions, f"max.{c}", pc.max) for c in max_of},
     )
 
 
-def _total(actions: pa.Table, column: str) -> int | None:
-    if column not in actions.column_names or actions[column].null_count:
+def largest_file_max_at_most(settings: Settings, name: str, column: str,
+                             bound: datetime) -> datetime | None:
+    """The largest per-file maximum of `column` that is <= `bound`. Every row of such a file is
+    <= `bound`, so the table's largest value <= `bound` is this one or lies in a file whose
+    maximum is above it: a query can skip every other file."""
+    actions = add_actions(settings, name)
+    if actions is None or f"max.{column}" not in actions.column_names:
         return None
-    return int(pc.sum(actions[column]).as_py() or 0)
+    return max((v for v in actions[f"max.{column}"].to_pylist() if v is not None and v <= bound),
+               default=None)
 
 
-def _max(actions: pa.Table, column: str):
+def _complete(actions: pa.Table, column: str, fold):
+    """`fold` over a statistic every file carries; None if any file lacks it."""
     if column not in actions.column_names or actions[column].null_count:
         return None
-    return pc.max(actions[column]).as_py()
+    return fold(actions[column]).as_py()

@@ -220,6 +220,12 @@ def _literal_too_precise(text: Column, v: Column) -> Column:
                     & (fractional_digits(lit) > 6))
 
 
+def _not_a_string(field: str, type_column: str) -> Column:
+    """'key is a JSON array, not a string', from `schema_of_variant` text such as ARRAY<BIGINT>."""
+    return F.concat(F.lit(f"{field} is a JSON "), F.lower(F.split(type_column, "<")[0]),
+                    F.lit(", not a string"))
+
+
 def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
     """QUARANTINE_COLUMNS from `classify` output; apply after filtering on `reason`, so the
     base64 encoding and details are computed for rejected rows only."""
@@ -236,10 +242,8 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
                        F.substring(F.coalesce(F.col("_exact18").cast("string"),
                                               F.col("_value_text")), 1, 80),
                        F.lit(f" (exact decimal, at most 6 fractional digits, |v| < {MAX_ABS_VALUE})")))
-        .when(reason.isin("invalid_event_id", "invalid_key"),
-              F.concat(F.lit("event_id or key is a JSON "), F.lower(F.split(F.coalesce(
-                  F.when(reason == "invalid_event_id", F.col("_id_type")), F.col("_key_type")),
-                  "<")[0]), F.lit(", not a string")))
+        .when(reason == "invalid_event_id", _not_a_string("event_id", "_id_type"))
+        .when(reason == "invalid_key", _not_a_string("key", "_key_type"))
         .when(reason == "event_time_before_start",
               F.concat(F.lit("event_time="), F.col("_time_text"),
                        F.lit(f" is before LAKEHOUSE_START_DATE={settings.partitions_start_date}"

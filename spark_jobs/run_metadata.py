@@ -1,25 +1,22 @@
 """Run metadata for the stream assets, at a cost that does not grow with history: totals from
 the Delta log's statistics (`lakehouse.table_stats`), what this run did from its own batches'
-rows (found by Delta data skipping on `batch_id`/`bronze_batch_id`), and the few open or recently
-closed windows (skipping on `status`, partition pruning on `event_date`). No query here reads
-the whole of a table."""
+rows (found by Delta data skipping on `batch_id`/`bronze_batch_id`), the open windows (skipping
+on `status`) and the newest closed window (skipping on `window_end`, from a floor the log gives).
+No query here reads the whole of a table."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.settings import Settings, from_micros
-from lakehouse.table_stats import log_stats
+from lakehouse.table_stats import largest_file_max_at_most, log_stats
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.checkpoint import AGG_QUERY, stream_watermark
 from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING, read_table
-
-# How far before the watermark the newest closed window is looked for first (partition-pruned);
-# only a stream whose keys were all silent for longer falls back to an unbounded query.
-CLOSED_WINDOW_LOOKBACK = timedelta(days=1)
 
 
 def _in_run(column: str, batch_ids: list[int]) -> Column:
@@ -52,37 +49,43 @@ def bronze_summary(spark: SparkSession, settings: Settings, batch_ids: list[int]
     }
 
 
-def seconds_since(value: datetime | int | None, now: datetime) -> float | None:
-    """Seconds from `value` (a datetime, or epoch microseconds as Spark's `unix_micros`) to
-    `now`."""
-    if value is None:
-        return None
-    when = from_micros(value) if isinstance(value, int) else value
-    return round((now - when).total_seconds(), 1)
+def seconds_since(when: datetime | None, now: datetime) -> float | None:
+    return round((now - when).total_seconds(), 1) if when else None
+
+
+@dataclass(frozen=True)
+class RecentWindows:
+    open: int
+    touched: int  # rows written by this run's batches
+    closed: int  # of those, final
+    newest_closed_end: datetime | None
 
 
 def recent_windows(spark: SparkSession, settings: Settings, batch_ids: list[int],
-                    watermark: datetime | None):
+                   watermark: datetime | None) -> RecentWindows:
     """One pass over the files that can hold an open window, a row of this run's batches, or a
-    window closed within CLOSED_WINDOW_LOOKBACK of the watermark."""
-    agg = read_table(spark, settings, STREAMING)
+    closed window newer than every file lying wholly below the watermark (the log's floor).
+    The stream finalizes every window ending at or before the watermark, so the floor is itself
+    a closed window's end when the query finds none newer."""
     is_open = F.col("status") == "open"
     in_run = _in_run("batch_id", batch_ids) if batch_ids else F.lit(False)
-    lower = (watermark - CLOSED_WINDOW_LOOKBACK) if watermark else None
-    recent = ((F.col("event_date") >= F.lit(lower.date())) & (F.col("window_end") > F.lit(lower))
-              if lower else F.lit(False))
+    floor = (largest_file_max_at_most(settings, STREAMING.name, "window_end", watermark)
+             if watermark else None)
     closed = F.col("status") == "final"
-    row = agg.where(is_open | in_run | recent).agg(
+    # Window ends lie on the window grid, so "after the floor" is ">= floor + one window". Not
+    # "> floor": Delta widens timestamp maxima by 1 ms (its stats are in milliseconds), so that
+    # would still read every file whose maximum is the floor.
+    newer_closed = (closed & (F.col("window_end") >= F.lit(floor + settings.window_size))
+                    if floor else closed)
+    row = read_table(spark, settings, STREAMING).where(is_open | in_run | newer_closed).agg(
         F.count(F.when(is_open, 1)).alias("open"),
         F.count(F.when(in_run, 1)).alias("touched"),
         F.count(F.when(in_run & closed, 1)).alias("closed"),
         # Epoch micros: a collected TIMESTAMP would come back in the host's local time.
-        F.max(F.when(closed & recent, F.unix_micros("window_end"))).alias("newest_closed"),
+        F.max(F.when(newer_closed, F.unix_micros("window_end"))).alias("newest_closed"),
     ).first()
-    newest_closed = row.newest_closed
-    if newest_closed is None and watermark is not None:
-        newest_closed = agg.where(closed).agg(F.max(F.unix_micros("window_end"))).first()[0]
-    return row, newest_closed
+    newest = from_micros(row.newest_closed) if row.newest_closed is not None else floor
+    return RecentWindows(row.open, row.touched, row.closed, newest)
 
 
 def streaming_summary(spark: SparkSession, settings: Settings, batch_ids: list[int]) -> dict:
@@ -93,7 +96,7 @@ def streaming_summary(spark: SparkSession, settings: Settings, batch_ids: list[i
     windows = log_stats(settings, STREAMING.name)
     late = log_stats(settings, LATE.name)
     newest_event = log_stats(settings, BRONZE.name, max_of=("event_time",)).max["event_time"]
-    row, newest_closed = recent_windows(spark, settings, batch_ids, wm)
+    recent = recent_windows(spark, settings, batch_ids, wm)
     late_in_run = {"n": 0, "beyond": 0}
     if batch_ids:
         horizon_s = int(settings.correction_horizon.total_seconds())
@@ -106,16 +109,16 @@ def streaming_summary(spark: SparkSession, settings: Settings, batch_ids: list[i
     committed = ckpt.last_commit_time(spark, settings.checkpoint_path(AGG_QUERY))
     return {
         "windows": windows.rows,
-        "windows_open": row.open,
-        "windows_final": windows.rows - row.open if windows.rows is not None else None,
-        "windows_updated_in_run": row.touched,
-        "windows_closed_in_run": row.closed,
+        "windows_open": recent.open,
+        "windows_final": windows.rows - recent.open if windows.rows is not None else None,
+        "windows_updated_in_run": recent.touched,
+        "windows_closed_in_run": recent.closed,
         "watermark": wm.isoformat() if wm else None,
         "late_events": late.rows,
         "late_events_in_run": late_in_run["n"],
         # Arrived after their date's correction horizon: kept and reported, never applied.
         "late_events_beyond_horizon_in_run": late_in_run["beyond"] or 0,
         "freshness_newest_event_s": seconds_since(newest_event, now),
-        "freshness_newest_closed_window_s": seconds_since(newest_closed, now),
+        "freshness_newest_closed_window_s": seconds_since(recent.newest_closed_end, now),
         "checkpoint_age_s": round(now.timestamp() - committed, 1) if committed else None,
     }

@@ -38,7 +38,6 @@ JARS = REPO / ".jars" / "kafka"
 HERE = Path(__file__).resolve().parent
 
 
-
 def launch(java: str, cp: str, config: Path, log_file: Path, log_config: Path, heap: str) -> int:
     """Start `kafka.Kafka` detached (its own session, output appended to `log_file`): returns
     its pid. Shared by the plain brokers and the SASL one."""
@@ -50,6 +49,7 @@ def launch(java: str, cp: str, config: Path, log_file: Path, log_config: Path, h
             start_new_session=True,
         )
     return proc.pid
+
 
 class BrokerError(RuntimeError):
     pass
