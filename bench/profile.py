@@ -45,14 +45,9 @@ def _what(job: dict) -> str:
 
 
 def _versions(settings: Settings) -> dict[str, int]:
-    from deltalake import DeltaTable
+    from lakehouse import delta_log
 
-    out = {}
-    for name in TABLES:
-        uri, options = settings.delta_rs(name)
-        out[name] = (DeltaTable(uri, storage_options=options).version()
-                     if DeltaTable.is_deltatable(uri, storage_options=options) else -1)
-    return out
+    return {name: delta_log.version(settings, name) for name in TABLES}
 
 
 def profile(spark, settings: Settings, query: str) -> dict:

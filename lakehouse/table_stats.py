@@ -9,8 +9,8 @@ from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
+from lakehouse.delta_log import open_table
 from lakehouse.settings import Settings
 
 
@@ -28,10 +28,8 @@ class LogStats:
 def add_actions(settings: Settings, name: str) -> pa.Table | None:
     """The current snapshot's add actions, flattened (`num_records`, `min.<col>`, `max.<col>`,
     `partition.<col>`), or None when the table does not exist yet."""
-    uri, options = settings.delta_rs(name)
-    if not DeltaTable.is_deltatable(uri, storage_options=options):
-        return None
-    return pa.table(DeltaTable(uri, storage_options=options).get_add_actions(flatten=True))
+    table = open_table(settings, name)
+    return None if table is None else pa.table(table.get_add_actions(flatten=True))
 
 
 def log_stats(settings: Settings, name: str, max_of: tuple[str, ...] = ()) -> LogStats:

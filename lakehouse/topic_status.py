@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
+from lakehouse.delta_log import open_table
 from lakehouse.kafka_admin import admin, offsets_for_time, topic_offsets
 from lakehouse.settings import Settings
 
@@ -36,12 +37,9 @@ class TopicStatus:
 
 def processed_offsets(settings: Settings) -> tuple[dict[int, int], datetime | None]:
     """End offsets of the bronze query's newest recorded batch (empty before the first)."""
-    from deltalake import DeltaTable
-
-    uri, options = settings.delta_rs("stream_progress")
-    if not DeltaTable.is_deltatable(uri, storage_options=options):
+    table = open_table(settings, "stream_progress")
+    if table is None:
         return {}, None
-    table = DeltaTable(uri, storage_options=options)
     # Newest progress_date partition first: a tick reads one day of progress, not the history.
     days = pa.table(table.get_add_actions(flatten=True)).column("partition.progress_date")
     rows = []

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 
+from lakehouse import delta_log
 from lakehouse.settings import Settings, SettingsError, parse_duration
 from orchestration.console import Console, quiet_process_output
 
@@ -176,10 +177,7 @@ class Demo:
 
 
 def _has_bronze(settings: Settings) -> bool:
-    from deltalake import DeltaTable
-
-    uri, options = settings.delta_rs("bronze_events")
-    return DeltaTable.is_deltatable(uri, storage_options=options)
+    return delta_log.exists(settings, "bronze_events")
 
 
 def demo(settings: Settings, knobs: Knobs, instance, console: Console,

@@ -29,6 +29,7 @@ from dagster import (
 from assets.freshness import freshness_checks
 from assets.observations import topic_metadata
 from assets.resources import LakehouseResource
+from lakehouse.delta_log import open_table
 from lakehouse.settings import Settings
 from orchestration.jobs import correct_job
 
@@ -41,12 +42,9 @@ def new_late_dates(settings: Settings, after_version: int | None, now: datetime
     Only the Delta log is read: the partition values of the data files added since that version
     (`late_events` is append-only), so a tick costs the same however large the table grows.
     """
-    from deltalake import DeltaTable
-
-    uri, options = settings.delta_rs("late_events")
-    if not DeltaTable.is_deltatable(uri, storage_options=options):
+    table = open_table(settings, "late_events")
+    if table is None:
         return {}, after_version
-    table = DeltaTable(uri, storage_options=options)
     current = table.version()
     if after_version is not None and current <= after_version:
         return {}, after_version

@@ -133,8 +133,11 @@ def write_bronze_batch(settings: Settings, ctx: _Batch) -> Callable[[DataFrame, 
             _idempotent_append(valid.select("*", *stamp), settings.table_path(BRONZE.name),
                                ctx.app_id, batch_id,
                                position_metadata({int(p): int(o) for p, o in ends.items()}))
-            _idempotent_append(bad.select("*", *stamp), settings.table_path(QUARANTINE.name),
-                               ctx.app_id, batch_id)
+            # Most batches have nothing to quarantine: no empty commit for them (the check
+            # reads the cached classification). A re-run batch decides the same way.
+            if not bad.isEmpty():
+                _idempotent_append(bad.select("*", *stamp),
+                                   settings.table_path(QUARANTINE.name), ctx.app_id, batch_id)
 
     return run
 
@@ -257,12 +260,16 @@ def write_aggregate_batch(settings: Settings, ctx: _Batch) -> Callable[[DataFram
                     .execute()
                 )
             # Windows the watermark has passed are final (Spark evicts them in this batch).
-            target.update(
-                condition=(F.col("status") == "open")
-                & (F.col("event_date") <= F.to_date(wm))
-                & (F.col("window_end") <= wm),
-                set={"status": F.lit("final"), "updated_at": F.lit(now)},
-            )
+            # Those ending at or before the previous batch's watermark were finalized by that
+            # batch (or written final), so only (previous, current] is looked at: the UPDATE
+            # prunes to the newest dates and files, however long the table's history.
+            due = ((F.col("status") == "open") & (F.col("event_date") <= F.to_date(wm))
+                   & (F.col("window_end") <= wm))
+            if prev is not None and prev.watermark_ms:
+                prev_wm = F.timestamp_millis(F.lit(prev.watermark_ms))
+                due &= (F.col("event_date") >= F.to_date(prev_wm)) & (F.col("window_end") > prev_wm)
+            if prev is None or (prev.watermark_ms or 0) < wm_ms:
+                target.update(condition=due, set={"status": F.lit("final"), "updated_at": F.lit(now)})
         finally:
             rows.unpersist()
         # With chained stateful operators (dedup, then windows) Spark drops input rows by the

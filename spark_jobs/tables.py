@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -12,6 +11,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse import delta_log
 from lakehouse.settings import Settings
 
 MEASURES = """
@@ -128,9 +128,9 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
     """Create every table that does not exist yet (idempotent; safe under concurrent runs of
     different tables, since each creation is one Delta commit)."""
     for table in ALL_TABLES:
-        path = settings.table_path(table.name)
-        if DeltaTable.isDeltaTable(spark, path):
+        if delta_log.exists(settings, table.name):
             continue
+        path = settings.table_path(table.name)
         builder = (
             DeltaTable.createIfNotExists(spark)
             .location(path)
@@ -160,18 +160,8 @@ def read_table(spark: SparkSession, settings: Settings, table: Table, version: i
 
 
 def table_version(spark: SparkSession, settings: Settings, table: Table) -> int:
-    """The table's latest version, through public APIs only. A table on a local file system:
-    delta-rs reads `_delta_log` (milliseconds, no Spark job); one on object storage (`s3a://...`,
-    reached with the endpoint and credentials in Spark's Hadoop configuration): Delta's
-    `history(1)` (~0.3-1 s on 2 cores, so local roots skip it)."""
-    path = settings.table_path(table.name)
-    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*):", path)
-    if scheme is None or scheme.group(1).lower() == "file":
-        from deltalake import DeltaTable as DeltaRsTable
-
-        local = path[len("file:"):].replace("///", "/", 1) if scheme else path
-        return DeltaRsTable(local).version()
-    return DeltaTable.forPath(spark, path).history(1).first().version
+    """The table's newest version, from its Delta log (delta-rs: no Spark job)."""
+    return delta_log.version(settings, table.name)
 
 
 def read_changes(spark: SparkSession, settings: Settings, table: Table, first: int, last: int):
@@ -225,17 +215,12 @@ def bronze_position(spark: SparkSession, settings: Settings, version: int) -> Lo
     or below it (a commit made outside the stream, such as a manual fix, moves no offset).
     None when no such commit is found among the 100 before it (tables from older releases)."""
     current = table_version(spark, settings, BRONZE)
-    depth = current - version + 100
-    history = (
-        DeltaTable.forPath(spark, settings.table_path(BRONZE.name)).history(depth)
-        .where(f"version <= {int(version)}")
-        .select("version", "userMetadata", F.unix_millis("timestamp").alias("ms"))
-        .orderBy("version", ascending=False).collect()
-    )
-    for row in history:
-        meta = row.userMetadata or ""
+    history = [c for c in delta_log.commits(settings, BRONZE.name, current - version + 100)
+               if c["version"] <= version]
+    for commit in history:
+        meta = commit.get("userMetadata") or ""
         if meta.startswith(BRONZE_POSITION_TAG):
             offsets = json.loads(meta[len(BRONZE_POSITION_TAG):])
             return LogPosition(version, {int(p): int(o) for p, o in offsets.items()},
-                               datetime.fromtimestamp(row.ms / 1000, tz=UTC))
+                               datetime.fromtimestamp(commit["timestamp"] / 1000, tz=UTC))
     return None
