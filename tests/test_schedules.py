@@ -56,8 +56,11 @@ def write_late(root, rows):
 
 
 def test_catch_up_schedule_requests_a_run_unless_one_is_queued_or_running(root):
-    with instance_for_test() as instance:  # schedule contexts need an instance with a ref
-        context = build_schedule_context(instance=instance, scheduled_execution_time=TICK)
+    # Schedule contexts need an instance with a ref. The context is closed too: it enters its
+    # own instance from that ref, which would otherwise stay Dagster's current one after this
+    # test (a dead weakref for the next test that loads definitions).
+    with instance_for_test() as instance, build_schedule_context(
+            instance=instance, scheduled_execution_time=TICK) as context:
         assert isinstance(stream_catch_up_schedule(context), RunRequest)
         instance.add_run(DagsterRun(job_name="stream_catch_up", status=DagsterRunStatus.STARTED))
         assert isinstance(stream_catch_up_schedule(context), SkipReason)
