@@ -28,7 +28,7 @@ else
 $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
 endif
 
-.PHONY: setup kafka-up kafka-down demo test ui stream bench profile drills lint clean screenshots dagster-instance \
+.PHONY: setup kafka-up kafka-down demo test ui stream bench bench-commits profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster
 
@@ -132,6 +132,10 @@ bench: setup kafka-up
 # Where a stream catch-up's time goes: Spark jobs by origin and Delta commits per table.
 profile: setup kafka-up
 	$(PY) -m bench.profile
+
+# What one small Delta commit costs here, by kind (plain/idempotent append, UPDATE), in Spark jobs.
+bench-commits: setup
+	$(PY) -m bench.commit_costs
 
 # Fault drills (bench/drills): crashes, broker restart, concurrent writers, bad input at volume,
 # retention, authentication. DRILLS_SCALE=0.05 for a quick run; results in bench/results/.
