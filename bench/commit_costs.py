@@ -15,11 +15,11 @@ import sys
 import time
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
+
+from bench import write_result
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-RESULTS = Path(__file__).resolve().parent / "results"
 REPEAT = 4
 
 
@@ -73,9 +73,7 @@ def main() -> int:
                      "spark_jobs": jobs}
     result = {"date": datetime.now(UTC).isoformat(timespec="seconds"),
               "machine": f"{os.cpu_count()} cores", **out}
-    RESULTS.mkdir(exist_ok=True)
-    target = RESULTS / f"commits-{result['date'][:10]}.json"
-    target.write_text(json.dumps(result, indent=2) + "\n")
+    target = write_result("commits", result)
     print(json.dumps(result, indent=2))
     print(f"written to {target}")
     return 0

@@ -13,14 +13,13 @@ import urllib.request
 import uuid
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+from bench import write_result  # noqa: E402
 from lakehouse.generator import GeneratorConfig, generate, produce  # noqa: E402
 from lakehouse.settings import Settings  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TABLES = ("bronze_events", "quarantined_events", "streaming_aggregates", "late_events",
           "stream_progress")
 
@@ -96,9 +95,7 @@ def main() -> int:
               "machine": f"{os.cpu_count()} cores", "events": count, "batches_asked": batches,
               "bronze": profile(spark, settings, "bronze"),
               "aggregates": profile(spark, settings, "aggregates")}
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"profile-{result['date'][:10]}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_result("profile", result)
     for phase in ("bronze", "aggregates"):
         r = result[phase]
         print(f"{phase}: {r['wall_s']} s wall, {r['batches']} batches, {r['spark_jobs']} Spark "

@@ -30,10 +30,10 @@ from pathlib import Path
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
+from bench import write_result  # noqa: E402
 from lakehouse.generator import GeneratorConfig, generate, produce  # noqa: E402
 from lakehouse.settings import Settings  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 LATE_EVENTS = 50
 
 
@@ -182,9 +182,7 @@ def main() -> int:
         "idle_run_metadata_s": metadata_s,
         "idle_run_metadata_history_vs_fresh": round(metadata_s["history"] / metadata_s["fresh"], 2),
     }
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"bench-{result['date'][:10]}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_result("bench", result)
     print(json.dumps(result, indent=2))
     print(f"written to {out}")
     return 0
