@@ -73,9 +73,8 @@ def main() -> int:
                      "spark_jobs": jobs}
     result = {"date": datetime.now(UTC).isoformat(timespec="seconds"),
               "machine": f"{os.cpu_count()} cores", **out}
-    target = write_result("commits", result)
     print(json.dumps(result, indent=2))
-    print(f"written to {target}")
+    write_result("commits", result)
     return 0
 
 

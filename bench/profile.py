@@ -95,14 +95,13 @@ def main() -> int:
               "machine": f"{os.cpu_count()} cores", "events": count, "batches_asked": batches,
               "bronze": profile(spark, settings, "bronze"),
               "aggregates": profile(spark, settings, "aggregates")}
-    out = write_result("profile", result)
+    write_result("profile", result)
     for phase in ("bronze", "aggregates"):
         r = result[phase]
         print(f"{phase}: {r['wall_s']} s wall, {r['batches']} batches, {r['spark_jobs']} Spark "
               f"jobs ({r['spark_job_seconds']} s), commits {r['delta_commits']}")
         for g in r["jobs_by_origin"][:12]:
             print(f"  {g['seconds']:8.2f} s  {g['jobs']:4d} jobs  {g['origin']}")
-    print(f"written to {out}")
     return 0
 
 

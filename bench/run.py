@@ -182,9 +182,8 @@ def main() -> int:
         "idle_run_metadata_s": metadata_s,
         "idle_run_metadata_history_vs_fresh": round(metadata_s["history"] / metadata_s["fresh"], 2),
     }
-    out = write_result("bench", result)
     print(json.dumps(result, indent=2))
-    print(f"written to {out}")
+    write_result("bench", result)
     return 0
 
 

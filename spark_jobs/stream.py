@@ -40,7 +40,6 @@ from spark_jobs.tables import (
     bronze_position,
     ensure_tables,
     position_metadata,
-    table_version,
 )
 from spark_jobs.windows import flatten_window, measures, window_of
 
@@ -98,7 +97,7 @@ def starting_offsets(spark: SparkSession, settings: Settings) -> str:
     or lost checkpoint (a new txnAppId, which Delta's idempotent writes cannot recognise) never
     ingests a record twice: bronze stays unique on (topic, partition, offset). Ignored by Spark
     once the checkpoint has offsets."""
-    position = bronze_position(spark, settings, table_version(spark, settings, BRONZE))
+    position = bronze_position(spark, settings)
     if position is None or not position.end_offsets:
         return "earliest"
     # -2 = earliest for a partition the stream has not read yet.
@@ -235,6 +234,9 @@ def write_aggregate_batch(settings: Settings, ctx: _Batch) -> Callable[[DataFram
         this = ckpt.batch_offsets(spark, ctx.checkpoint, batch_id)
         prev = ckpt.batch_offsets(spark, ctx.checkpoint, batch_id - 1) if batch_id > 0 else None
         wm_ms = this.watermark_ms
+        # The watermark the previous batch ran with (0 before any): its finalize bound, and the
+        # one this batch's dedup dropped late rows by (see below).
+        prev_wm_ms = prev.watermark_ms if prev else 0
         wm = F.timestamp_millis(F.lit(wm_ms))
         now = datetime.now(UTC)
         rows = batch.select(
@@ -260,27 +262,28 @@ def write_aggregate_batch(settings: Settings, ctx: _Batch) -> Callable[[DataFram
                     .execute()
                 )
             # Windows the watermark has passed are final (Spark evicts them in this batch).
-            # Those ending at or before the previous batch's watermark were finalized by that
-            # batch (or written final), so only (previous, current] is looked at: the UPDATE
-            # prunes to the newest dates and files, however long the table's history.
-            due = ((F.col("status") == "open") & (F.col("event_date") <= F.to_date(wm))
-                   & (F.col("window_end") <= wm))
-            if prev is not None and prev.watermark_ms:
-                prev_wm = F.timestamp_millis(F.lit(prev.watermark_ms))
-                due &= (F.col("event_date") >= F.to_date(prev_wm)) & (F.col("window_end") > prev_wm)
-            if prev is None or (prev.watermark_ms or 0) < wm_ms:
-                target.update(condition=due, set={"status": F.lit("final"), "updated_at": F.lit(now)})
+            # Those ending at or before the previous watermark were finalized by the previous
+            # batch (or written final), so only windows ending in (previous, current] are
+            # looked at: the UPDATE prunes to the newest dates and files, however long the
+            # history, and does not run when the watermark did not move.
+            if wm_ms > prev_wm_ms:
+                prev_wm = F.timestamp_millis(F.lit(prev_wm_ms))
+                target.update(
+                    condition=(F.col("status") == "open")
+                    & F.col("event_date").between(F.to_date(prev_wm), F.to_date(wm))
+                    & (F.col("window_end") > prev_wm) & (F.col("window_end") <= wm),
+                    set={"status": F.lit("final"), "updated_at": F.lit(now)},
+                )
         finally:
             rows.unpersist()
         # With chained stateful operators (dedup, then windows) Spark drops input rows by the
         # watermark "for late events", which is the previous batch's watermark; the current one
         # is only used for eviction (SPARK-40925). They differ whenever data keeps arriving.
-        late_wm_ms = prev.watermark_ms if prev else 0
         src_end = this.sources[0]
         if src_end is not None:
             first, last = bronze_version_range(prev.sources[0] if prev else None, src_end)
-            if first <= last and late_wm_ms > 0:
-                late = late_rows(spark, settings, first, last, late_wm_ms, batch_id)
+            if first <= last and prev_wm_ms > 0:
+                late = late_rows(spark, settings, first, last, prev_wm_ms, batch_id)
                 _idempotent_append(late, settings.table_path(LATE.name), ctx.app_id, batch_id)
 
     return run

@@ -210,16 +210,20 @@ class LogPosition:
     committed_at: datetime | None = None  # UTC time of the stream commit that stamped it
 
 
-def bronze_position(spark: SparkSession, settings: Settings, version: int) -> LogPosition | None:
-    """The position of bronze at `version`: the offsets stamped on the newest stream commit at
-    or below it (a commit made outside the stream, such as a manual fix, moves no offset).
-    None when no such commit is found among the 100 before it (tables from older releases)."""
-    current = table_version(spark, settings, BRONZE)
-    history = [c for c in delta_log.commits(settings, BRONZE.name, current - version + 100)
-               if c["version"] <= version]
-    for commit in history:
+def bronze_position(spark: SparkSession, settings: Settings,
+                    version: int | None = None) -> LogPosition | None:
+    """The position of bronze at `version` (default: its newest): the offsets stamped on the
+    newest stream commit at or below it (a commit made outside the stream, such as a manual fix,
+    moves no offset). None when no such commit is found among the 100 before it (tables from
+    older releases), or bronze does not exist yet."""
+    log = delta_log.open_table(settings, BRONZE.name)
+    if log is None:
+        return None
+    current = log.version()
+    version = current if version is None else version
+    for commit in log.history(current - version + 100):
         meta = commit.get("userMetadata") or ""
-        if meta.startswith(BRONZE_POSITION_TAG):
+        if commit["version"] <= version and meta.startswith(BRONZE_POSITION_TAG):
             offsets = json.loads(meta[len(BRONZE_POSITION_TAG):])
             return LogPosition(version, {int(p): int(o) for p, o in offsets.items()},
                                datetime.fromtimestamp(commit["timestamp"] / 1000, tz=UTC))

@@ -87,6 +87,8 @@ def test_streaming_aggregates_equal_expected_minus_late_for_closed_windows(scena
     for k in closed:
         assert measures(got[k]) == want[k], k
         assert got[k]["status"] == "final"
+    # Finalized exactly when the watermark passed them: never early.
+    assert all(got[k]["status"] == "open" for k in set(want) - closed)
     assert set(got) == set(want)
 
 

@@ -41,12 +41,11 @@ def commit_spans(settings, run_ids: list[str]) -> dict[str, tuple[int, int]]:
     """For each run, the (first, last) commit time in ms of its tagged commits to the changelog
     and gold. Serialized runs have spans that do not overlap (the second run's work, if it
     found any, e.g. records streamed in meanwhile, starts after the first run's last commit)."""
-    from deltalake import DeltaTable
+    from lakehouse.delta_log import commits
 
     times: dict[str, list[int]] = {}
     for name in SERIALIZED_TABLES:
-        uri, options = settings.delta_rs(name)
-        for commit in DeltaTable(uri, storage_options=options).history():
+        for commit in commits(settings, name):
             meta = commit.get("userMetadata") or ""
             for run_id in run_ids:
                 if meta.endswith(f":{run_id}"):
