@@ -112,6 +112,7 @@ class Settings:
     corrections_cron: str = "15 * * * *"
     verification_cron: str = "30 2 * * *"
     timeline_cron: str = "45 * * * *"
+    maintenance_cron: str = "0 4 * * *"
     stream_freshness: timedelta = timedelta(minutes=15)
     reconciled_deadline_cron: str = "0 3 * * *"
     # `make stream` serves Prometheus metrics on 127.0.0.1:<metrics_port>/metrics.
@@ -217,6 +218,7 @@ class Settings:
             corrections_cron=cron("CORRECTIONS_CRON", d.corrections_cron),
             verification_cron=cron("VERIFICATION_CRON", d.verification_cron),
             timeline_cron=cron("TIMELINE_CRON", d.timeline_cron),
+            maintenance_cron=cron("MAINTENANCE_CRON", d.maintenance_cron),
             stream_freshness=parse_duration(get("STREAM_FRESHNESS", "15 minutes"), "STREAM_FRESHNESS"),
             reconciled_deadline_cron=cron("RECONCILED_DEADLINE_CRON", d.reconciled_deadline_cron),
             metrics_port=port("METRICS_PORT", d.metrics_port),

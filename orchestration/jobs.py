@@ -1,8 +1,9 @@
 """Jobs: the stream catch-up and the per-date reconciliation."""
 
-from dagster import AssetSelection, define_asset_job
+from dagster import AssetSelection, define_asset_job, job
 
 from assets.checks import fast_path_vs_replay, reconciled_equals_replay
+from assets.maintenance import compact_and_vacuum
 from assets.partitions import daily_event_dates
 
 # Whole runs that write the same tables queue behind each other (the instance's
@@ -76,4 +77,14 @@ timeline_job = define_asset_job(
     description="Write the observability timeline report ($LAKEHOUSE_ROOT/reports/timeline.html).",
 )
 
-all_jobs = [stream_catch_up_job, reconcile_job, correct_job, reprocess_job, verify_job, timeline_job]
+
+
+@job(name="table_maintenance", tags=DAILY_WRITES,
+     description="Compact the small files of every table (OPTIMIZE where no writer races it) "
+                 "and VACUUM files older than each table's Delta log retention.")
+def table_maintenance_job():
+    compact_and_vacuum()
+
+
+all_jobs = [stream_catch_up_job, reconcile_job, correct_job, reprocess_job, verify_job, timeline_job,
+            table_maintenance_job]

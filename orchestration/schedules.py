@@ -7,6 +7,7 @@
 - `verification_schedule` (VERIFICATION_CRON, daily): replay yesterday from the log and run the
   blocking proof reconciled == replay.
 - `timeline_schedule` (TIMELINE_CRON, hourly): refresh the observability timeline report.
+- `table_maintenance_schedule` (MAINTENANCE_CRON, daily): compact small files, VACUUM.
 """
 
 from datetime import date, timedelta
@@ -25,7 +26,13 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 
 from assets.resources import DEFAULT_LAKEHOUSE, LakehouseResource
 from lakehouse.table_reads import bronze_dates
-from orchestration.jobs import correct_job, stream_catch_up_job, timeline_job, verify_job
+from orchestration.jobs import (
+    correct_job,
+    stream_catch_up_job,
+    table_maintenance_job,
+    timeline_job,
+    verify_job,
+)
 
 settings = DEFAULT_LAKEHOUSE.settings  # crons: fixed when the code location loads
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
@@ -82,5 +89,11 @@ timeline_schedule = ScheduleDefinition(
     execution_timezone="UTC", default_status=DefaultScheduleStatus.RUNNING,
     description="Refresh the observability timeline report.")
 
+table_maintenance_schedule = ScheduleDefinition(
+    name="table_maintenance_schedule", cron_schedule=settings.maintenance_cron,
+    job=table_maintenance_job, execution_timezone="UTC",
+    default_status=DefaultScheduleStatus.RUNNING,
+    description="Compact the tables' small files and VACUUM expired ones.")
+
 all_schedules = [stream_catch_up_schedule, corrections_schedule, verification_schedule,
-                 timeline_schedule]
+                 timeline_schedule, table_maintenance_schedule]

@@ -57,6 +57,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # Delta rebuilds table snapshots with this many tasks (default 50): seconds per commit
         # and per read of a small table on 2 cores.
         "spark.databricks.delta.snapshotPartitions": str(settings.shuffle_partitions),
+        # VACUUM lists a table's directories with this many tasks (default 10,000: minutes
+        # for a small table on 2 cores).
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(settings.shuffle_partitions),
         "spark.sql.chunkBase64String.enabled": "false",  # quarantine raw bytes on one line
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
