@@ -1,6 +1,8 @@
 """`make bench`: throughput of each stage on this machine, written to bench/results/.
 
 One run measures, on the same generated data and one warm SparkSession:
+- the raw limit: a confluent-kafka consumer and Kafka's ConsumerPerformance on the topic
+  (`bench/raw_consume.py`);
 - parse: `classify` (exact values, all reason codes) vs. a bare `from_json` baseline (ratio);
 - bronze: Kafka -> bronze/quarantine catch-up (availableNow), records/s;
 - aggregates: bronze -> windows + late lane catch-up, rows/s;
@@ -12,7 +14,9 @@ One run measures, on the same generated data and one warm SparkSession:
 - the same topic through the jobs a user would write by hand (`bench/handwritten.py`): the
   stream catch-up (bronze + aggregates) and the replay as ratios of their throughput;
 - the run metadata of an idle catch-up (nothing new) on this lakehouse vs. on a fresh one: it
-  comes from the Delta log and the run's own rows, so the ratio should stay near 1.
+  comes from the Delta log and the run's own rows, so the ratio should stay near 1;
+- at scale (`at_scale`, history written by `bench/history.py`): a whole empty catch-up on a
+  fresh lakehouse vs. this one plus 20M bronze rows, and corrections on a 5M-event date.
 Compare the ratios within one run, not absolute numbers across machines or runs.
 """
 
@@ -55,8 +59,8 @@ def events_on(days_ago: int, count: int, seed: int) -> list:
     return generate(config).records
 
 
-def late_events_for(days_ago: int, seed: int) -> list:
-    config = GeneratorConfig(count=LATE_EVENTS, seed=seed, end=day_at(days_ago, 2),
+def late_events_for(days_ago: int, seed: int, count: int = LATE_EVENTS) -> list:
+    config = GeneratorConfig(count=count, seed=seed, end=day_at(days_ago, 2),
                              span=timedelta(minutes=30), malformed_fraction=0,
                              duplicate_fraction=0, late_fraction=0)
     return generate(config).records
@@ -81,6 +85,61 @@ def idle_run_metadata_seconds(spark, settings) -> dict:
             for name, s in (("fresh", fresh), ("history", settings))}
 
 
+def idle_catch_up_seconds(spark, settings) -> float:
+    """An empty catch-up: both queries with nothing new, then the run metadata (best of 2)."""
+    from spark_jobs import stream
+
+    def run():
+        stream.catch_up(spark, settings)
+        idle_run_metadata(spark, settings)
+
+    run()
+    return round(min(timed(run)[1] for _ in range(2)), 2)
+
+
+def at_scale(spark, settings) -> dict:
+    """The idle catch-up on a fresh lakehouse vs. this one with BENCH_HISTORY_ROWS (20M) more
+    bronze rows; corrections on a date of BENCH_BIG_DATE_EVENTS (5M): the whole date, a run
+    with nothing new, and an incremental run after 0.1% late events."""
+    from bench.history import add_bronze, add_history
+    from lakehouse.kafka_admin import ensure_topic
+    from spark_jobs import stream
+    from spark_jobs.corrections import run_corrections
+    from spark_jobs.tables import ensure_tables
+
+    fresh = Settings.from_env({**os.environ, "LAKEHOUSE_ROOT": f"{settings.lakehouse_root}-empty",
+                               "EVENTS_TOPIC": f"{settings.events_topic}-empty"})
+    ensure_topic(fresh)
+    ensure_tables(spark, fresh)
+    history_rows = int(os.environ.get("BENCH_HISTORY_ROWS", "20000000"))
+    _, history_s = timed(lambda: add_history(spark, settings, history_rows, day_at(10, 0).date()))
+    idle = {"fresh": idle_catch_up_seconds(spark, fresh),
+            "history": idle_catch_up_seconds(spark, settings)}
+
+    big = int(os.environ.get("BENCH_BIG_DATE_EVENTS", "5000000"))
+    day = day_at(5, 0).date()
+    add_bronze(spark, settings, big, day, days=1, first_id=2 * 10**12)
+    full, full_s = timed(lambda: run_corrections(spark, settings, day, run_id="bench-big-full"))
+    _, nothing_new_s = timed(lambda: run_corrections(spark, settings, day, run_id="bench-big-idle"))
+    produce(settings, late_events_for(5, seed=8, count=big // 1000))
+    stream.catch_up(spark, settings)
+    incr, incr_s = timed(lambda: run_corrections(spark, settings, day, run_id="bench-big-incr"))
+    return {
+        "history_bronze_rows_added": history_rows,
+        "history_write_s": round(history_s, 1),
+        "idle_catch_up_s": idle,
+        "idle_catch_up_history_vs_fresh": round(idle["history"] / idle["fresh"], 2),
+        "big_date_events": big,
+        "big_date_late_events": big // 1000,
+        "big_date_corrections_full_s": round(full_s, 1),
+        "big_date_corrections_nothing_new_s": round(nothing_new_s, 1),
+        "big_date_corrections_incremental_s": round(incr_s, 1),
+        "big_date_incremental_vs_full": round(incr_s / full_s, 3),
+        "big_date_modes": [full.mode, incr.mode],
+        "big_date_windows_recomputed": incr.windows_recomputed,
+    }
+
+
 def main() -> int:
     count = int(os.environ.get("BENCH_EVENTS", "240000"))
     small_count = count // 8
@@ -94,6 +153,11 @@ def main() -> int:
     records = (events_on(3, 1000, seed=5) + events_on(2, small_count, seed=1)
                + events_on(1, count, seed=2))
     _, produce_s = timed(lambda: produce(settings, records))
+    from bench.raw_consume import confluent_records_per_s, kafka_perf_test
+
+    raw_limit = {"confluent_kafka_records_per_s": round(confluent_records_per_s(settings, len(records))),
+                 "kafka_consumer_perf_test": {k: round(v) for k, v in
+                                              kafka_perf_test(settings, len(records)).items()}}
 
     from pyspark.sql import functions as F
 
@@ -148,6 +212,8 @@ def main() -> int:
     _, hand_batch_s = timed(lambda: handwritten.batch_job(
         spark, settings, f"{root}/handwritten/replay", dates["large"]))
 
+    scale = at_scale(spark, settings)
+
     def corrections(runs: dict) -> dict:
         return {name: {"seconds": round(s, 1), "mode": r.mode,
                        "windows_recomputed": r.windows_recomputed, "windows_in_date": r.windows,
@@ -161,6 +227,9 @@ def main() -> int:
         "events_small_date": small_count,
         "events_large_date": count,
         "produce_records_per_s": round(total / produce_s),
+        "raw_consume": raw_limit,
+        "stream_vs_raw_consume": round(total / (bronze_s + agg_s)
+                                       / raw_limit["confluent_kafka_records_per_s"], 3),
         "parse_rows_per_s": round(total / parse_s),
         "from_json_baseline_rows_per_s": round(total / baseline_s),
         "parse_cost_vs_baseline": round(parse_s / baseline_s, 2),
@@ -181,6 +250,7 @@ def main() -> int:
         "replay_vs_handwritten": round(hand_batch_s / replay_s, 2),
         "idle_run_metadata_s": metadata_s,
         "idle_run_metadata_history_vs_fresh": round(metadata_s["history"] / metadata_s["fresh"], 2),
+        "at_scale": scale,
     }
     print(json.dumps(result, indent=2))
     write_result("bench", result)

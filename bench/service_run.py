@@ -1,0 +1,201 @@
+"""`make bench-service` (part of `make bench`): the service (`make stream`) under a producer at a
+fixed rate for BENCH_SERVICE_SECONDS (600), on a fresh lakehouse and topic.
+
+Measured, written to bench/results/service-<date>.json:
+- sustained rate: records produced vs. records in bronze, and the Kafka lag over time (the
+  bronze query's `kafka_lag` in stream_progress) minute 2 vs. the last minute;
+- freshness: once a second the producer sends a probe event with a key of its own; the bench
+  polls the Delta log of `streaming_aggregates` (delta-rs, every 0.2 s) and takes the commit
+  time of the first version holding the probe's window, minus the time it was produced
+  (p50/p95/p99/max; probes never seen are counted);
+- driver RSS (the service's Python process and its JVM, from /proc) and the aggregation
+  state (rows, bytes, from stream_progress): minute 2 vs. the last minute.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import statistics
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from bench import write_result
+from lakehouse.delta_log import open_table
+from lakehouse.kafka_admin import ensure_topic
+from lakehouse.settings import Settings
+
+KEYS = 1000
+
+
+def produce_at_rate(settings: Settings, rate: int, seconds: int, probes) -> None:
+    """`rate` events/s in 10 slices a second, event_time = now; one probe a second, its send
+    time put on `probes`."""
+    from confluent_kafka import Producer
+
+    producer = Producer({**settings.client_config, "linger.ms": 20, "batch.num.messages": 10000,
+                         "queue.buffering.max.messages": 2_000_000})
+    per_slice, sent, start = rate // 10, 0, time.time()
+    for tick in range(seconds * 10):
+        now = time.time()
+        stamp = datetime.fromtimestamp(now, tz=UTC).isoformat(timespec="milliseconds")
+        for i in range(sent, sent + per_slice):
+            producer.produce(settings.events_topic, key=f"k{i % KEYS}", value=(
+                f'{{"event_id":"e-{i}","key":"k{i % KEYS}","event_time":"{stamp}",'
+                f'"value":"{i % 997}.25"}}'))
+        sent += per_slice
+        if tick % 10 == 0:
+            probe = f"probe-{tick // 10}"
+            probes.put((probe, time.time()))
+            producer.produce(settings.events_topic, key=probe, value=(
+                f'{{"event_id":"{probe}","key":"{probe}","event_time":"{stamp}","value":"1"}}'))
+        producer.poll(0)
+        time.sleep(max(0.0, start + (tick + 1) / 10 - time.time()))
+    producer.flush(60)
+    probes.put(("done", sent + seconds, time.time() - start))
+
+
+def rss_mb(pid: int) -> float:
+    """RSS of `pid` and its children (the service's JVM, Python workers), MB."""
+    def own(p: int) -> int:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                children.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return (own(pid) + sum(own(c) for c in children)) / 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(q * len(values)))], 2)
+
+
+def window_means(rows: list[dict], column: str, t0: float, minute: tuple[int, int]) -> float | None:
+    vals = [r[column] for r in rows if r[column] is not None
+            and minute[0] * 60 <= r["batch_timestamp"].timestamp() - t0 < minute[1] * 60]
+    return round(statistics.mean(vals), 1) if vals else None
+
+
+def main() -> int:
+    from spark_jobs.faults import output, start_service
+
+    seconds = int(os.environ.get("BENCH_SERVICE_SECONDS", "600"))
+    rate = int(os.environ.get("BENCH_SERVICE_RATE", "20000"))
+    trigger = os.environ.get("BENCH_SERVICE_TRIGGER", "1 second")
+    root = Path(f"/tmp/lakehouse-service-bench-{uuid.uuid4().hex[:6]}")
+    env = {**os.environ, "LAKEHOUSE_ROOT": str(root), "EVENTS_TOPIC": f"svc-{uuid.uuid4().hex[:8]}",
+           "STREAM_TRIGGER_INTERVAL": trigger, "METRICS_PORT": str(free_port())}
+    settings = Settings.from_env(env)
+    ensure_topic(settings)
+    root.mkdir(parents=True)
+    svc = start_service(env, log_path=root / "service.log")
+    while "streaming" not in output(svc, 100_000):
+        if svc.poll() is not None:
+            raise RuntimeError(f"the service died:\n{output(svc)}")
+        time.sleep(0.5)
+
+    probes = multiprocessing.Queue()
+    producer = multiprocessing.Process(target=produce_at_rate, args=(settings, rate, seconds, probes))
+    t0 = time.time()
+    producer.start()
+    sent: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    rss: list[tuple[float, float]] = []
+    done = None
+    version = -1
+    last_rss = 0.0
+    drain_deadline = None
+    while True:
+        while not probes.empty():
+            item = probes.get()
+            if item[0] == "done":
+                done, drain_deadline = item, time.time() + 120
+            else:
+                sent[item[0]] = item[1]
+        now = time.time()
+        if now - last_rss >= 5:
+            rss.append((now - t0, rss_mb(svc.pid)))
+            last_rss = now
+        table = open_table(settings, "streaming_aggregates")
+        if table is not None and table.version() != version:
+            version = table.version()
+            committed = table.history(1)[0]["timestamp"] / 1000
+            keys = table.to_pyarrow_dataset().to_table(columns=["key"])["key"]
+            for key in pc.filter(keys, pc.starts_with(keys, "probe-")).to_pylist():
+                seen.setdefault(key, committed)
+        if drain_deadline and (set(sent) <= set(seen) or now > drain_deadline):
+            break
+        if svc.poll() is not None:
+            raise RuntimeError(f"the service died:\n{output(svc)}")
+        time.sleep(0.2)
+    producer.join(30)
+    svc.send_signal(signal.SIGTERM)
+    svc.wait(120)
+
+    progress = open_table(settings, "stream_progress").to_pyarrow_table().to_pylist()
+    bronze = [r for r in progress if r["query"] == "bronze"]
+    aggregates = [r for r in progress if r["query"] == "aggregates"]
+    last = (max(1, seconds // 60 - 1), seconds // 60)
+    freshness = [seen[p] - sent[p] for p in sent if p in seen]
+    produced = done[1] if done else None
+    ingested = open_table(settings, "bronze_events").to_pyarrow_dataset().count_rows()
+    rss_minute = {m: [v for t, v in rss if m[0] * 60 <= t < m[1] * 60] for m in ((1, 2), last)}
+    result = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{os.cpu_count()} cores",
+        "seconds": seconds, "target_rate": rate, "trigger": trigger,
+        "produced": produced,
+        "produced_per_s": round(produced / done[2]) if done else None,
+        "ingested_in_bronze": ingested,
+        "ingested_per_s_while_producing": round(
+            sum(r["input_rows"] or 0 for r in bronze
+                if r["batch_timestamp"].timestamp() - t0 < seconds) / seconds),
+        "kafka_lag_minute_2": window_means(bronze, "kafka_lag", t0, (1, 2)),
+        "kafka_lag_last_minute": window_means(bronze, "kafka_lag", t0, last),
+        "freshness_s": {"probes": len(sent), "seen": len(freshness),
+                        "p50": percentile(freshness, 0.5), "p95": percentile(freshness, 0.95),
+                        "p99": percentile(freshness, 0.99), "max": percentile(freshness, 1.0)},
+        "batches": {"bronze": len(bronze), "aggregates": len(aggregates)},
+        "batch_duration_s_p50": {
+            q: percentile([r["trigger_ms"] / 1000 for r in rows if r["trigger_ms"] is not None], 0.5)
+            for q, rows in (("bronze", bronze), ("aggregates", aggregates))},
+        "driver_rss_mb": {"minute_2": percentile(rss_minute[(1, 2)], 0.5),
+                          "last_minute": percentile(rss_minute[last], 0.5)},
+        "state_rows": {"minute_2": window_means(aggregates, "state_rows", t0, (1, 2)),
+                       "last_minute": window_means(aggregates, "state_rows", t0, last)},
+        "state_memory_bytes": {"minute_2": window_means(aggregates, "state_memory_bytes", t0, (1, 2)),
+                               "last_minute": window_means(aggregates, "state_memory_bytes", t0, last)},
+    }
+    print(result)
+    write_result("service", result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
