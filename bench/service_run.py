@@ -1,7 +1,7 @@
 """`make bench-service` (part of `make bench`): the service (`make stream`) under a producer at a
 fixed rate for BENCH_SERVICE_SECONDS (600), on a fresh lakehouse and topic.
 
-Measured, written to bench/results/service-<date>.json:
+Measured, written to bench/results/service-<rate>-<date>.json:
 - sustained rate: records produced vs. records in bronze, and the Kafka lag over time (the
   bronze query's `kafka_lag` in stream_progress) minute 2 vs. the last minute;
 - freshness: once a second the producer sends a probe event with a key of its own; the bench
@@ -193,7 +193,7 @@ def main() -> int:
                                "last_minute": window_means(aggregates, "state_memory_bytes", t0, last)},
     }
     print(result)
-    write_result("service", result)
+    write_result(f"service-{rate}", result)
     return 0
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse import delta_log
 from lakehouse.settings import Settings
 from spark_jobs.tables import (
     CORRECTIONS_STATE,
@@ -47,10 +47,12 @@ def foreign_gold_commits(spark: SparkSession, settings: Settings, d: date, since
     """Commits in (since, current] that changed gold rows of `d` without the pipeline's tag."""
     if current <= since:
         return []
-    history = DeltaTable.forPath(spark, settings.table_path(RECONCILED.name)).history(current - since)
+    # The commit infos from the Delta log (delta-rs: no Spark job), newest first down to `since`.
+    log = delta_log.open_table(settings, RECONCILED.name)
     foreign = [
-        r.version for r in history.select("version", "userMetadata").collect()
-        if r.version > since and not (r.userMetadata or "").startswith(PIPELINE_TAG)
+        c["version"] for c in (log.history(log.version() - since) if log is not None else [])
+        if since < c["version"] <= current
+        and not (c.get("userMetadata") or "").startswith(PIPELINE_TAG)
     ]
     if not foreign:
         return []
