@@ -28,7 +28,7 @@ else
 $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
 endif
 
-.PHONY: setup kafka-up kafka-down demo test ui stream bench bench-commits profile drills lint clean screenshots dagster-instance \
+.PHONY: setup kafka-up kafka-down demo test ui stream bench bench-service bench-commits profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster
 
@@ -126,8 +126,14 @@ ui: setup
 stream: setup kafka-up
 	$(PY) -m spark_jobs.service
 
+# Throughput ratios on one generated topic (bench.run), then the service at a fixed rate
+# (bench.service_run: BENCH_SERVICE_SECONDS=600, BENCH_SERVICE_RATE=20000).
 bench: setup kafka-up
 	$(PY) -m bench.run
+	$(PY) -m bench.service_run
+
+bench-service: setup kafka-up
+	$(PY) -m bench.service_run
 
 # Where a stream catch-up's time goes: Spark jobs by origin and Delta commits per table.
 profile: setup kafka-up
