@@ -2,6 +2,7 @@
 changes, old versions stay readable (VACUUM keeps the log's retention), and the stream carries on
 over the compacted tables without reading anything twice."""
 
+import random
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -33,11 +34,12 @@ def test_compaction_and_vacuum_keep_rows_versions_and_the_stream(instance_env, s
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     # Two past dates; the stream's watermark ends up on the second one.
     config = GeneratorConfig(count=240, seed=11, end=today - timedelta(hours=12),
-                             span=timedelta(hours=24), keys=5, late_fraction=0,
+                             span=timedelta(hours=24), keys=8, late_fraction=0,
                              duplicate_fraction=0, malformed_fraction=0)
     records = generate(config).records
-    settings = replace(instance_env, max_offsets_per_trigger=60)  # several batches, many files
-    produce(settings, records)
+    settings = instance_env
+    # Both dates in every Kafka partition: one bronze batch writes a file per partition and date.
+    produce(settings, random.Random(3).sample(records, len(records)))
     stream.catch_up(spark, settings)
     first, second = sorted(files_per_date(settings, BRONZE))
     assert min(files_per_date(settings, BRONZE).values()) >= 3

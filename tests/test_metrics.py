@@ -242,6 +242,7 @@ def test_service_serves_metrics(instance_env):
             svc.send_signal(signal.SIGTERM)
         out, _ = svc.communicate(timeout=120)
     assert svc.returncode == 0, out[-3000:]
+    assert "stopped cleanly" in out
     assert f"metrics on http://127.0.0.1:{port}/metrics" in out
     with pytest.raises(OSError):  # stopped with the service
         scrape(port)
