@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from delta.tables import DeltaTable
+from deltalake import DeltaTable as DeltaLog
 from pyspark.sql import SparkSession
 
 from lakehouse.delta_log import open_table
@@ -77,10 +78,8 @@ def parse_interval(text: str) -> timedelta:
     return timedelta(**{f"{m.group(2)}s": int(m.group(1))})
 
 
-def log_retention(settings: Settings, table: Table) -> timedelta:
-    log = open_table(settings, table.name)
-    conf = log.metadata().configuration if log is not None else {}
-    value = conf.get("delta.logRetentionDuration")
+def log_retention(log: DeltaLog) -> timedelta:
+    value = log.metadata().configuration.get("delta.logRetentionDuration")
     return parse_interval(value) if value else DEFAULT_LOG_RETENTION
 
 
@@ -105,11 +104,14 @@ def compact_before(settings: Settings, spark: SparkSession, table: Table, today:
 
 def maintain_table(spark: SparkSession, settings: Settings, table: Table, today: date,
                    min_files: int = MIN_FILES) -> Maintained:
+    log = open_table(settings, table.name)
+    if log is None:  # not created yet (no run has been made): nothing to maintain
+        return Maintained(table.name, [], 0, 0, 0, DEFAULT_LOG_RETENTION.total_seconds() / 3600, 0)
     path = settings.table_path(table.name)
     dates, files = crowded_partitions(settings, table, compact_before(settings, spark, table, today),
                                       min_files)
     removed = added = 0
-    retention = log_retention(settings, table)
+    retention = log_retention(log)
     with ExitStack() as locks, tagged_commits(spark, f"maintenance:{table.name}"):
         if dates:
             if table not in APPEND_ONLY and table != STREAMING:

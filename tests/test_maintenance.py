@@ -104,3 +104,11 @@ def test_delta_intervals():
     assert parse_interval("12 hours") == timedelta(hours=12)
     with pytest.raises(ValueError, match="cannot read the Delta interval"):
         parse_interval("a month")
+
+
+def test_a_lakehouse_without_tables_has_nothing_to_maintain(spark, tmp_path):
+    from lakehouse.settings import Settings
+
+    done = maintain_tables(spark, Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)}))
+    assert [m.table for m in done] == [t.name for t in ALL_TABLES]
+    assert not any(m.files_before or m.dates_compacted or m.files_vacuumed for m in done)
