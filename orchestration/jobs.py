@@ -1,4 +1,4 @@
-"""Jobs: the stream catch-up and the per-date reconciliation."""
+"""Jobs: the stream catch-up, the per-date reconciliation, the timeline and table maintenance."""
 
 from dagster import AssetSelection, define_asset_job, job
 
@@ -76,7 +76,6 @@ timeline_job = define_asset_job(
     "report_timeline", selection=AssetSelection.assets("timeline_report"),
     description="Write the observability timeline report ($LAKEHOUSE_ROOT/reports/timeline.html).",
 )
-
 
 
 @job(name="table_maintenance", tags=DAILY_WRITES,
