@@ -94,7 +94,7 @@ def crowded_partitions(settings: Settings, table: Table, before: date, min_files
         actions.num_rows
 
 
-def compact_before(settings: Settings, spark: SparkSession, table: Table, today: date) -> date:
+def compact_before(spark: SparkSession, settings: Settings, table: Table, today: date) -> date:
     """The first date a compaction of `table` must not touch (see the module docstring)."""
     if table == STREAMING:
         watermark = stream_watermark(spark, settings)
@@ -108,7 +108,7 @@ def maintain_table(spark: SparkSession, settings: Settings, table: Table, today:
     if log is None:  # not created yet (no run has been made): nothing to maintain
         return Maintained(table.name, [], 0, 0, 0, DEFAULT_LOG_RETENTION.total_seconds() / 3600, 0)
     path = settings.table_path(table.name)
-    dates, files = crowded_partitions(settings, table, compact_before(settings, spark, table, today),
+    dates, files = crowded_partitions(settings, table, compact_before(spark, settings, table, today),
                                       min_files)
     removed = added = 0
     retention = log_retention(log)
