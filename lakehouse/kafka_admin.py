@@ -121,6 +121,8 @@ def ensure_topic(
     except KafkaException as exc:
         if "TOPIC_ALREADY_EXISTS" not in str(exc):
             raise
+        # Created meanwhile (or not yet in this client's metadata): checked like any existing one.
+        require_log_append_time(settings, topic, timeout)
         return False
     _wait_for_leaders(client, topic, timeout)
     return True
