@@ -11,6 +11,9 @@ export DAGSTER_DISABLE_TELEMETRY := true
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(CURDIR)/$(VENV)/bin/python
 PYTEST_ARGS ?=
+# make test's xdist workers (tests/conftest.py says what runs together): each has its own
+# SparkSession (4 GB driver). TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 # Dagster instance storage: sqlite (default, in DAGSTER_HOME) or postgres (the cluster stack:
 # `make pg-up`, then `make setup DAGSTER_INSTANCE=postgres` puts infra/dagster-postgres.yaml in
 # DAGSTER_HOME; the DAGSTER_PG_* defaults below reach every Dagster process make starts).
@@ -118,7 +121,7 @@ test-cluster: setup
 	  rc=$$?; $(MAKE) --no-print-directory cluster-down; exit $$rc
 
 test: setup kafka-up
-	$(PY) -m pytest --ignore=tests/cluster $(PYTEST_ARGS)
+	$(PY) -m pytest --ignore=tests/cluster -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 ui: setup
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -p $${DAGSTER_PORT:-3000} -w workspace.yaml

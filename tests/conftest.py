@@ -18,6 +18,38 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 
+# `make test` spreads the suite over xdist workers (TEST_WORKERS, `--dist loadscope`). A scope is
+# what must run on one worker: the modules below share an expensive module- or session-scoped
+# fixture (built once per worker that runs them); any other test is a scope of its own. xdist
+# hands out the bigger scopes first, then single tests in collection order, where the ones
+# marked `slow` go first (after pytest-randomly's shuffle) so that none is left for the end.
+SHARED_FIXTURE_SCOPES = {
+    "tests/test_pipeline_e2e.py": "scenario",  # the session's e2e scenario
+    "tests/test_readers.py": "scenario",
+    "tests/test_reconciliation.py": "reconciliation",
+    "tests/test_timeline.py": "timeline",
+    "tests/test_webserver.py": "webserver",
+    "tests/test_drills_fast.py": "drills",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return SHARED_FIXTURE_SCOPES.get(nodeid.split("::", 1)[0], nodeid)
+
+    return SharedFixtureScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+
+
 def load_broker_module():
     spec = importlib.util.spec_from_file_location("broker", REPO / "infra/kafka/broker.py")
     module = importlib.util.module_from_spec(spec)

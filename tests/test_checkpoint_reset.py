@@ -6,6 +6,8 @@ import shutil
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from lakehouse.generator import GeneratorConfig, generate, produce
 from lakehouse.kafka_admin import ensure_topic
 from lakehouse.table_reads import read
@@ -17,6 +19,7 @@ def positions(settings, table):
     return Counter(zip(t["partition"].to_pylist(), t["offset"].to_pylist(), strict=True))
 
 
+@pytest.mark.slow
 def test_a_new_bronze_checkpoint_resumes_at_bronze_position(instance_env, spark):
     settings = instance_env
     ensure_topic(settings)

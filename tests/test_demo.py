@@ -41,6 +41,7 @@ def run_demo(tmp_path: Path, bootstrap: str, timeout: float, **extra: str):
     return done, home
 
 
+@pytest.mark.slow
 def test_demo_prints_a_line_per_step_and_the_summary(tmp_path, kafka_bootstrap):
     from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 

@@ -30,6 +30,7 @@ def bronze_rows(spark, settings, version=None):
                   .select("partition", "offset", "event_id", "value").collect())
 
 
+@pytest.mark.slow
 def test_compaction_and_vacuum_keep_rows_versions_and_the_stream(instance_env, spark):
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     # Two past dates; the stream's watermark ends up on the second one.

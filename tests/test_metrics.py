@@ -173,6 +173,7 @@ BAD = {  # reason -> payloads
 }
 
 
+@pytest.mark.slow
 def test_service_serves_metrics(instance_env):
     from test_service import start_service, wait_for
 

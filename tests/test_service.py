@@ -25,6 +25,7 @@ def bronze_rows(settings):
         return 0
 
 
+@pytest.mark.slow
 def test_crash_restart_lock_and_clean_stop(instance_env, spark):
     settings = instance_env
     env = {**os.environ, "STREAM_TRIGGER_INTERVAL": "2 seconds",
