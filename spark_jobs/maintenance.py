@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from delta.tables import DeltaTable
-from deltalake import DeltaTable as DeltaLog
 from pyspark.sql import SparkSession
 
 from lakehouse.delta_log import open_table
@@ -78,7 +77,8 @@ def parse_interval(text: str) -> timedelta:
     return timedelta(**{f"{m.group(2)}s": int(m.group(1))})
 
 
-def log_retention(log: DeltaLog) -> timedelta:
+def log_retention(log) -> timedelta:
+    """The table's `delta.logRetentionDuration` (its opened delta-rs log), or Delta's default."""
     value = log.metadata().configuration.get("delta.logRetentionDuration")
     return parse_interval(value) if value else DEFAULT_LOG_RETENTION
 
@@ -106,7 +106,9 @@ def maintain_table(spark: SparkSession, settings: Settings, table: Table, today:
                    min_files: int = MIN_FILES) -> Maintained:
     log = open_table(settings, table.name)
     if log is None:  # not created yet (no run has been made): nothing to maintain
-        return Maintained(table.name, [], 0, 0, 0, DEFAULT_LOG_RETENTION.total_seconds() / 3600, 0)
+        return Maintained(table.name, dates_compacted=[], files_before=0, files_removed=0,
+                          files_added=0, retention_hours=DEFAULT_LOG_RETENTION.total_seconds() / 3600,
+                          files_vacuumed=0)
     path = settings.table_path(table.name)
     dates, files = crowded_partitions(settings, table, compact_before(spark, settings, table, today),
                                       min_files)
