@@ -45,8 +45,8 @@ def prove_dates(session, settings, dates) -> AssetCheckResult:
     now = datetime.now(UTC)
     for d in dates:
         key = d.isoformat()
-        state = latest_state(session, settings, d)
-        replay = latest_replay(session, settings, d)
+        state = latest_state(settings, d)
+        replay = latest_replay(settings, d)
         gold_v = state.bronze_version if state is not None else None
         replay_v = replay.bronze_version if replay is not None else None
         position = bronze_position(session, settings, replay_v) if replay_v is not None else None

@@ -83,7 +83,7 @@ def corrections(context: AssetExecutionContext, config: CorrectionsConfig,
 
     def as_of(d: date) -> int | None:
         if config.reprocess:
-            return replayed_in_run(spark.session, settings, d, None)
+            return replayed_in_run(settings, d, None)
         return version_for(context, log_position, spark, settings, d)
 
     results = [

@@ -34,7 +34,7 @@ def version_for(context: AssetExecutionContext, position: LogPositionResource,
     if position.bronze_version is not None:
         return position.bronze_version
     if position.as_published:
-        published = gold_bronze_version(spark.session, settings, d)
+        published = gold_bronze_version(settings, d)
         if published is not None:
             return published
     return pinned_version(context, spark, settings)

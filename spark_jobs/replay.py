@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.kafka_admin import PartitionOffsets, offsets_for_time, topic_offsets
 from lakehouse.settings import Settings, day_bounds
+from lakehouse.state_rows import latest_row
 from lakehouse.topic_checks import require_log_append_time
 from spark_jobs.counting import events_for_date
 from spark_jobs.lock import date_lock
@@ -39,7 +40,6 @@ from spark_jobs.tables import (
     LogPosition,
     bronze_position,
     ensure_tables,
-    latest_row,
     read_table,
     table_version,
 )
@@ -223,19 +223,18 @@ def _replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None,
     return result
 
 
-def latest_replay(spark: SparkSession, settings: Settings, d: date, run_id: str | None = None):
+def latest_replay(settings: Settings, d: date, run_id: str | None = None):
     """The newest `replay_state` row of `d` (of run `run_id` if given): bronze_version, run_id,
     replayed_at; None when there is none. Replays of a date are serialized (`date_lock`), so
     the newest row describes the rows now in replay_aggregates."""
     match = {"run_id": run_id} if run_id is not None else {}
-    return latest_row(spark, settings, REPLAY_STATE, d, "replayed_at", **match)
+    return latest_row(settings, REPLAY_STATE.name, d, ("replayed_at",), **match)
 
 
-def replayed_in_run(spark: SparkSession, settings: Settings, d: date,
-                    run_id: str | None) -> int | None:
+def replayed_in_run(settings: Settings, d: date, run_id: str | None) -> int | None:
     """The bronze version the replay of `d` in run `run_id` (None: the latest replay) read up
     to (None: no such replay)."""
-    row = latest_replay(spark, settings, d, run_id)
+    row = latest_replay(settings, d, run_id)
     return row.bronze_version if row else None
 
 

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from lakehouse import delta_log
 from lakehouse.settings import Settings
@@ -140,16 +139,6 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         if table.change_data_feed:
             builder = builder.property("delta.enableChangeDataFeed", "true")
         builder.execute()
-
-
-def latest_row(spark: SparkSession, settings: Settings, table: Table, d, *order_by: str,
-               **equal):
-    """Newest row (by the `order_by` columns, descending) of event date `d` in an append-only
-    state table, optionally also matching column == value for each keyword; None when none."""
-    rows = read_table(spark, settings, table).where(F.col("event_date") == F.lit(d))
-    for column, value in equal.items():
-        rows = rows.where(F.col(column) == F.lit(value))
-    return rows.orderBy(*[F.col(c).desc() for c in order_by]).first()
 
 
 def read_table(spark: SparkSession, settings: Settings, table: Table, version: int | None = None):

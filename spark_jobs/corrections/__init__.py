@@ -99,7 +99,7 @@ def _correct(spark: SparkSession, settings: Settings, d: date, run_id: str, repr
         bronze = read_table(spark, settings, BRONZE, bronze_version).where(
             F.col("event_date") == F.lit(d))
         scope: DataFrame | None = None
-        state = latest_state(spark, settings, d)
+        state = latest_state(settings, d)
         if reprocess:
             result.mode, result.reason = "reprocess", "rebuilt from replay_aggregates"
         else:

@@ -10,26 +10,26 @@ from pyspark.sql import functions as F
 
 from lakehouse import delta_log
 from lakehouse.settings import Settings
+from lakehouse.state_rows import latest_row
 from spark_jobs.tables import (
     CORRECTIONS_STATE,
     PIPELINE_TAG,
     RECONCILED,
-    latest_row,
     read_changes,
     read_table,
 )
 
 
-def latest_state(spark: SparkSession, settings: Settings, d: date):
+def latest_state(settings: Settings, d: date):
     """The date's newest state row (the table is append-only: one row per run). Ordered by the
     gold version each run started from (runs of one date are serialized, so it only grows),
     then by time: a run that started earlier but finished later cannot pass for the newest."""
-    return latest_row(spark, settings, CORRECTIONS_STATE, d, "reconciled_version", "updated_at")
+    return latest_row(settings, CORRECTIONS_STATE.name, d, ("reconciled_version", "updated_at"))
 
 
-def gold_bronze_version(spark: SparkSession, settings: Settings, d: date) -> int | None:
+def gold_bronze_version(settings: Settings, d: date) -> int | None:
     """The bronze version the date's gold rows were last computed from (None: never)."""
-    state = latest_state(spark, settings, d)
+    state = latest_state(settings, d)
     return state.bronze_version if state is not None else None
 
 
