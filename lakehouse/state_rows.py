@@ -23,7 +23,7 @@ def latest_row(settings: Settings, name: str, d: date, order_by: tuple[str, ...]
     table = delta_log.open_table(settings, name)
     if table is None:
         return None
-    rows = table.to_pyarrow_table(partitions=[("event_date", "=", d.isoformat())])
+    rows = table.to_pyarrow_table(filters=[("event_date", "=", d)])
     for column, value in equal.items():
         rows = rows.filter(pc.equal(rows[column], value))
     if rows.num_rows == 0:

@@ -19,8 +19,8 @@ def read(settings: Settings, name: str, event_date: date | None = None):
     """A table as a pyarrow Table (optionally one event_date partition)."""
     uri, options = settings.delta_rs(name)
     dt = DeltaTable(uri, storage_options=options)
-    filters = [("event_date", "=", event_date.isoformat())] if event_date else None
-    return dt.to_pyarrow_table(partitions=filters)
+    filters = [("event_date", "=", event_date)] if event_date else None
+    return dt.to_pyarrow_table(filters=filters)
 
 
 def bronze_dates(settings: Settings) -> set[date]:
