@@ -7,11 +7,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from lakehouse import delta_log
 from lakehouse.settings import Settings
-from lakehouse.table_create import create_if_missing
 
 MEASURES = """
     event_count BIGINT NOT NULL,
@@ -124,14 +124,21 @@ ALL_TABLES = (BRONZE, QUARANTINE, STREAMING, LATE, RECONCILED, REPLAY, CORRECTIO
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
-    """Create every table that does not exist yet (idempotent; concurrent callers are safe, since
-    each creation is one commit of version 0 and the loser of a race finds the table there).
-    Created with delta-rs from the declared DDL (`lakehouse.table_create`): ten tables in a
-    fraction of a second, where Spark's CREATE TABLE took 3 s warm and 14 s in a new process."""
+    """Create every table that does not exist yet (idempotent; safe under concurrent runs of
+    different tables, since each creation is one Delta commit)."""
     for table in ALL_TABLES:
-        create_if_missing(settings, table.name, table.ddl, table.partition_by, {
-            # Spark's session default would set it to false on the others; stated either way.
-            "delta.enableChangeDataFeed": "true" if table.change_data_feed else "false"})
+        if delta_log.exists(settings, table.name):
+            continue
+        path = settings.table_path(table.name)
+        builder = (
+            DeltaTable.createIfNotExists(spark)
+            .location(path)
+            .addColumns(spark.createDataFrame([], table.ddl).schema)
+            .partitionedBy(table.partition_by)
+        )
+        if table.change_data_feed:
+            builder = builder.property("delta.enableChangeDataFeed", "true")
+        builder.execute()
 
 
 def read_table(spark: SparkSession, settings: Settings, table: Table, version: int | None = None):
