@@ -12,18 +12,18 @@ import pyarrow.compute as pc
 
 from lakehouse import delta_log
 from lakehouse.settings import Settings
+from lakehouse.table_reads import read
 
 
 def latest_row(settings: Settings, name: str, d: date, order_by: tuple[str, ...],
                **equal) -> SimpleNamespace | None:
     """The row of event date `d` in table `name` that is first by the `order_by` columns, all
-    descending (nulls last, as in Spark), among those where column == value for each keyword;
-    None when there is none or the table does not exist yet. Columns are attributes of the row;
-    timestamps are aware UTC datetimes."""
-    table = delta_log.open_table(settings, name)
-    if table is None:
+    descending, among those where column == value for each keyword; None when there is none or
+    the table does not exist yet. Columns are attributes of the row; timestamps are aware UTC
+    datetimes."""
+    if not delta_log.exists(settings, name):
         return None
-    rows = table.to_pyarrow_table(filters=[("event_date", "=", d)])
+    rows = read(settings, name, d)
     for column, value in equal.items():
         rows = rows.filter(pc.equal(rows[column], value))
     if rows.num_rows == 0:
