@@ -10,7 +10,7 @@ PARTITION_SCHEMA = TableSchema(columns=[
     TableColumn("partition", "int"),
     TableColumn("earliest", "int", description="log start offset (retention moves it)"),
     TableColumn("latest", "int", description="log end offset"),
-    TableColumn("processed", "int", description="end offset of the bronze query's last batch"),
+    TableColumn("processed", "int", description="end offset of the ingest query's last batch"),
     TableColumn("lag", "int", description="latest - processed"),
 ])
 

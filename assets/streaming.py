@@ -5,12 +5,14 @@ import time
 
 from dagster import (
     AssetExecutionContext,
+    AssetSpec,
     MaterializeResult,
     MetadataValue,
     TableColumn,
     TableRecord,
     TableSchema,
     asset,
+    multi_asset,
 )
 
 from assets.observations import topic_metadata
@@ -34,24 +36,16 @@ def raw_events(lakehouse: LakehouseResource) -> MaterializeResult:
 
 BATCH_SCHEMA = TableSchema(columns=[
     TableColumn("batch_id", "int"), TableColumn("input_rows", "int"),
-    TableColumn("dropped_by_watermark", "int"), TableColumn("watermark", "string"),
     TableColumn("duration_ms", "int"),
 ])
 
 
-def _dropped(p: dict) -> int:
-    return sum(int(s.get("numRowsDroppedByWatermark", 0)) for s in (p.get("stateOperators") or []))
-
-
-def _catch_up(spark: SparkResource, lakehouse: LakehouseResource, query: str) -> tuple[dict, list]:
-    """Run one availableNow catch-up of `query`; metadata common to both stream assets."""
-    t0 = time.monotonic()
-    progresses = stream.run_available_now(spark.session, lakehouse.settings, query)
+def _run_metadata(progresses: list[dict], seconds: float) -> dict:
+    """What the catch-up's batches did, from Spark's progress reports."""
     sources = [(p.get("sources") or [{}])[0] for p in progresses]
-    meta = {
+    return {
         "batches": len(progresses),
         "input_rows": sum(int(p.get("numInputRows") or 0) for p in progresses),
-        "rows_dropped_by_watermark": sum(_dropped(p) for p in progresses),
         "offsets_read": MetadataValue.json({
             "start": sources[0].get("startOffset") if sources else None,
             "end": sources[-1].get("endOffset") if sources else None,
@@ -59,40 +53,50 @@ def _catch_up(spark: SparkResource, lakehouse: LakehouseResource, query: str) ->
         "batch_progress": MetadataValue.table(
             records=[TableRecord({
                 "batch_id": int(p["batchId"]), "input_rows": int(p.get("numInputRows") or 0),
-                "dropped_by_watermark": _dropped(p),
-                "watermark": str((p.get("eventTime") or {}).get("watermark", "")),
                 "duration_ms": int((p.get("durationMs") or {}).get("triggerExecution", 0)),
             }) for p in progresses],
             schema=BATCH_SCHEMA,
         ),
-        "duration_s": round(time.monotonic() - t0, 2),
+        "duration_s": round(seconds, 2),
     }
-    return meta, [int(p["batchId"]) for p in progresses]
 
 
-@asset(key="bronze_events", deps=["raw_events"], group_name="ingest", kinds={"spark", "delta"},
-       pool=STREAM_POOL,
-       description="Every valid Kafka record once (+ quarantined_events for malformed ones): "
-                   "one checkpointed availableNow catch-up of the bronze query.")
-def bronze_events(context: AssetExecutionContext, lakehouse: LakehouseResource,
-                  spark: SparkResource) -> MaterializeResult:
+@multi_asset(
+    name="ingest",
+    specs=[
+        AssetSpec("bronze_events", deps=["raw_events"], group_name="ingest",
+                  kinds={"spark", "delta"}, skippable=True,
+                  description="Every valid Kafka record once (+ quarantined_events for malformed "
+                              "ones), written by the one-pass ingest query."),
+        AssetSpec("streaming_aggregates", deps=["bronze_events"], group_name="ingest",
+                  kinds={"spark", "delta"}, skippable=True,
+                  description="Fast provisional windows (explicit watermark, dedup by event_id) "
+                              "and the late-event lane, written by the same batches as bronze."),
+    ],
+    can_subset=True,
+    pool=STREAM_POOL,
+    description="One checkpointed availableNow catch-up of the ingest query: each micro-batch "
+                "classifies its records once and writes bronze, quarantine, the late lane and "
+                "the aggregates.",
+)
+def ingest(context: AssetExecutionContext, lakehouse: LakehouseResource, spark: SparkResource):
+    """Whichever of the two assets a run selects, the catch-up is the same one pass (the
+    tables it writes are never advanced apart); each selected asset reports its side."""
     settings = lakehouse.settings
-    meta, batch_ids = _catch_up(spark, lakehouse, stream.BRONZE_QUERY)
-    meta.update(bronze_summary(spark.session, settings, batch_ids))
-    meta["path"] = MetadataValue.path(settings.table_path(BRONZE.name))
-    meta["quarantine_path"] = MetadataValue.path(settings.table_path(QUARANTINE.name))
-    return MaterializeResult(metadata=meta)
-
-
-@asset(key="streaming_aggregates", deps=["bronze_events"], group_name="ingest",
-       kinds={"spark", "delta"}, pool=STREAM_POOL,
-       description="Fast provisional windows (watermark, dedup) and the late-event lane: one "
-                   "checkpointed availableNow catch-up of the aggregation query.")
-def streaming_aggregates(context: AssetExecutionContext, lakehouse: LakehouseResource,
-                         spark: SparkResource) -> MaterializeResult:
-    settings = lakehouse.settings
-    meta, batch_ids = _catch_up(spark, lakehouse, stream.AGG_QUERY)
-    meta.update(streaming_summary(spark.session, settings, batch_ids))
-    meta["path"] = MetadataValue.path(settings.table_path(STREAMING.name))
-    meta["late_events_path"] = MetadataValue.path(settings.table_path(LATE.name))
-    return MaterializeResult(metadata=meta)
+    t0 = time.monotonic()
+    progresses = stream.run_available_now(spark.session, settings)
+    common = _run_metadata(progresses, time.monotonic() - t0)
+    batch_ids = [int(p["batchId"]) for p in progresses]
+    selected = {k.to_user_string() for k in context.selected_asset_keys}
+    if "bronze_events" in selected:
+        yield MaterializeResult(asset_key="bronze_events", metadata={
+            **common, **bronze_summary(spark.session, settings, batch_ids),
+            "path": MetadataValue.path(settings.table_path(BRONZE.name)),
+            "quarantine_path": MetadataValue.path(settings.table_path(QUARANTINE.name)),
+        })
+    if "streaming_aggregates" in selected:
+        yield MaterializeResult(asset_key="streaming_aggregates", metadata={
+            **common, **streaming_summary(spark.session, settings, batch_ids),
+            "path": MetadataValue.path(settings.table_path(STREAMING.name)),
+            "late_events_path": MetadataValue.path(settings.table_path(LATE.name)),
+        })

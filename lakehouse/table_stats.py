@@ -33,11 +33,18 @@ def add_actions(settings: Settings, name: str) -> pa.Table | None:
 
 
 def log_stats(settings: Settings, name: str, max_of: tuple[str, ...] = ()) -> LogStats:
-    actions = add_actions(settings, name)
+    table = open_table(settings, name)
+    actions = None if table is None else pa.table(table.get_add_actions(flatten=True))
     if actions is None or actions.num_rows == 0:
         return LogStats(0, 0, dict.fromkeys(max_of))
+    rows = _complete(actions, "num_records", pc.sum)
+    if rows is not None and "deletionVectors" in (table.protocol().reader_features or []):
+        # Rows a MERGE replaced are still in their files' numRecords: subtract them (each
+        # deletion vector of the snapshot is read: small files, one per file with deletions).
+        rows -= sum(v.count(False) for v in
+                    pa.table(table.deletion_vectors())["selection_vector"].to_pylist())
     return LogStats(
-        rows=_complete(actions, "num_records", pc.sum),
+        rows=rows,
         files=actions.num_rows,
         max={c: _complete(actions, f"max.{c}", pc.max) for c in max_of},
     )

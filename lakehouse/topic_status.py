@@ -1,5 +1,5 @@
 """What the topic looks like to the pipeline, without Spark: offsets per partition from the
-broker, the bronze query's processed offsets from its own progress (`stream_progress`: Spark's
+broker, the ingest query's processed offsets from its own progress (`stream_progress`: Spark's
 Kafka source commits no consumer-group offsets), the lag between them, the recent append rate
 and the retention. Cheap enough for a sensor that ticks every minute."""
 
@@ -36,7 +36,7 @@ class TopicStatus:
 
 
 def processed_offsets(settings: Settings) -> tuple[dict[int, int], datetime | None]:
-    """End offsets of the bronze query's newest recorded batch (empty before the first)."""
+    """End offsets of the stream's newest recorded batch (empty before the first)."""
     table = open_table(settings, "stream_progress")
     if table is None:
         return {}, None
@@ -47,7 +47,7 @@ def processed_offsets(settings: Settings) -> tuple[dict[int, int], datetime | No
         rows = [r for r in table.to_pyarrow_table(
             columns=["query", "batch_id", "batch_timestamp", "end_offsets"],
             filters=[("progress_date", "=", day)]).to_pylist()
-            if r["query"] == "bronze" and r["end_offsets"]]
+            if r["query"] in ("ingest", "bronze") and r["end_offsets"]]
         if rows:
             break
     if not rows:

@@ -15,10 +15,11 @@ from datetime import UTC, datetime
 from pyspark.sql import SparkSession
 
 from lakehouse.settings import Settings
+from spark_jobs.tables import newest_stream_commit
 
-# The two streaming queries; each has its checkpoint at $LAKEHOUSE_ROOT/_checkpoints/<name>.
-BRONZE_QUERY = "bronze"
-AGG_QUERY = "aggregates"
+# The one streaming query (Kafka -> bronze, quarantine, late lane, aggregates); its checkpoint
+# is $LAKEHOUSE_ROOT/_checkpoints/ingest.
+INGEST_QUERY = "ingest"
 
 
 def read_text(spark: SparkSession, path: str) -> str | None:
@@ -86,11 +87,10 @@ def last_commit_time(spark: SparkSession, checkpoint: str) -> float | None:
     return fs.getFileStatus(hpath).getModificationTime() / 1000
 
 
-def stream_watermark(spark: SparkSession, settings: Settings) -> datetime | None:
-    """The watermark of the aggregation stream's last committed batch (None before the first)."""
-    path = settings.checkpoint_path(AGG_QUERY)
-    last = last_committed_batch(spark, path)
-    offsets = batch_offsets(spark, path, last) if last is not None else None
-    if offsets is None or offsets.watermark_ms <= 0:
+def stream_watermark(settings: Settings) -> datetime | None:
+    """The stream's watermark: the one its newest batch left (stamped on bronze's newest stream
+    commit; None before the first batch with an event)."""
+    commit = newest_stream_commit(settings)
+    if commit is None or commit.next_watermark_ms <= 0:
         return None
-    return datetime.fromtimestamp(offsets.watermark_ms / 1000, tz=UTC)
+    return datetime.fromtimestamp(commit.next_watermark_ms / 1000, tz=UTC)

@@ -3,10 +3,10 @@
 - `start_service` / `wait_for`: `python -m spark_jobs.service` as a child process.
 - `in_flight` / `kill_in_flight`: SIGKILL the service while a micro-batch of a query is in
   flight: its write-ahead `offsets/N` is written and `commits/N` is not.
-- `DeltaLog`: a table's `_delta_log` read incrementally (commit versions, the `txn` each append
-  carries, the data files each commit adds), for the finer kill points:
-  `kill_between_bronze_and_quarantine` (inside the bronze foreachBatch: bronze holds batch N,
-  quarantine does not yet) and `kill_corrections` (inside a corrections run: a MERGE has written
+- `DeltaLog`: a table's `_delta_log` read incrementally (commit versions, the ingest batch each
+  commit belongs to, the data files each commit adds), for the finer kill points:
+  `kill_inside_batch` (inside the ingest foreachBatch, between two of its commits) and
+  `kill_corrections` (inside a corrections run: a MERGE has written
   data files it has not committed, or the changelog is committed and gold is not, or gold is
   and `corrections_state` is not).
 - `python -m spark_jobs.faults corrections <date> <run_id>`: one corrections run of a date in
@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
+
+from spark_jobs.tables import batch_of
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -133,7 +135,7 @@ def kill_in_flight(svc, checkpoint: str, min_batch: int, timeout: float = 240) -
 @dataclass
 class Commit:
     version: int
-    txn: tuple[str, int] | None  # (txnAppId, txnVersion) of an idempotent append
+    batch: tuple[str, int] | None  # (query id, batch id) of a commit the ingest query made
     operation: str | None
     adds: set[str] = field(default_factory=set)
 
@@ -162,12 +164,11 @@ class DeltaLog:
                 if not line.strip():
                     continue
                 action = json.loads(line)
-                if "txn" in action:
-                    commit.txn = (action["txn"]["appId"], int(action["txn"]["version"]))
-                elif "add" in action:
+                if "add" in action:
                     commit.adds.add(unquote(action["add"]["path"]))
                 elif "commitInfo" in action:
                     commit.operation = action["commitInfo"].get("operation")
+                    commit.batch = batch_of(action["commitInfo"].get("userMetadata"))
             self.commits[version] = commit
         return self
 
@@ -175,8 +176,8 @@ class DeltaLog:
     def version(self) -> int:
         return max(self.commits) if self.commits else -1
 
-    def txns(self) -> set[tuple[str, int]]:
-        return {c.txn for c in self.commits.values() if c.txn is not None}
+    def batches(self) -> set[tuple[str, int]]:
+        return {c.batch for c in self.commits.values() if c.batch is not None}
 
     def data_files(self) -> set[str]:
         """Parquet files under the table folder (relative paths), committed or not."""
@@ -189,31 +190,48 @@ class DeltaLog:
         return set().union(*(c.adds for c in self.commits.values())) if self.commits else set()
 
 
-def kill_between_bronze_and_quarantine(svc, settings, min_batch: int,
-                                       timeout: float = 240) -> tuple[int, bool]:
-    """SIGKILL the service inside the bronze foreachBatch of a batch >= `min_batch`: after its
-    bronze append (a bronze commit carrying txnVersion N) and before its quarantine append (no
-    quarantine commit with txnVersion N yet). Returns (N, whether the kill landed in that gap:
-    False when the quarantine commit got in between the check and the signal)."""
-    bronze = DeltaLog(settings.table_path("bronze_events"))
-    quarantine = DeltaLog(settings.table_path("quarantined_events"))
+# Kill points inside an ingest batch, by the commits made so far (its appends: quarantine, late
+# lane, then bronze; then the aggregates MERGE; then Spark's checkpoint commit):
+# name -> (table whose commit for the batch is there, table whose commit is not yet; None: the
+# checkpoint's commits/N).
+INGEST_KILL_POINTS = {
+    "quarantine_before_bronze": ("quarantined_events", "bronze_events"),
+    "bronze_before_aggregates": ("bronze_events", "streaming_aggregates"),
+    "aggregates_before_checkpoint": ("streaming_aggregates", None),
+}
+
+
+def kill_inside_batch(svc, settings, point: str, min_batch: int,
+                      timeout: float = 240) -> tuple[int, bool]:
+    """SIGKILL the service inside an ingest batch >= `min_batch`, at `point`
+    (INGEST_KILL_POINTS): after the batch's commit to one table and before the next. Returns
+    (N, whether the kill landed in that gap: False when the next commit got in between the
+    check and the signal). The batch's checkpoint commit is never there yet."""
+    after, before = INGEST_KILL_POINTS[point]
+    done = DeltaLog(settings.table_path(after))
+    nxt = DeltaLog(settings.table_path(before)) if before else None
+    checkpoint = Path(str(settings.checkpoint_path("ingest")).removeprefix("file://"))
+
+    def pending() -> set[tuple[str, int]]:
+        got = {b for b in done.refresh().batches() if b[1] >= min_batch}
+        if nxt is not None:
+            return got - nxt.refresh().batches()
+        return {b for b in got if not (checkpoint / "commits" / str(b[1])).exists()}
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        bronze.refresh()
-        quarantine.refresh()
-        pending = {t for t in bronze.txns() - quarantine.txns() if t[1] >= min_batch}
-        if pending:
+        if found := pending():
             crash(svc)
-            batch = max(pending, key=lambda t: t[1])
-            landed = batch not in quarantine.refresh().txns()
-            commits = Path(settings.checkpoint_path("bronze")) / "commits" / str(batch[1])
-            assert not commits.exists(), f"batch {batch[1]} committed before the kill"
+            batch = max(found, key=lambda b: b[1])
+            landed = batch in pending()
+            assert not (checkpoint / "commits" / str(batch[1])).exists(), \
+                f"batch {batch[1]} committed before the kill"
             return batch[1], landed
         if svc.poll() is not None:
             raise AssertionError(f"service exited {svc.returncode}: {output(svc)}")
         time.sleep(0.01)
     _kill(svc)
-    raise AssertionError(f"no bronze batch >= {min_batch} between its two appends in {timeout}s")
+    raise AssertionError(f"no ingest batch >= {min_batch} at {point} within {timeout}s")
 
 
 CORRECTIONS_HOOKS = ("merge_files_written", "changelog_committed", "gold_committed")

@@ -97,7 +97,7 @@ def crowded_partitions(settings: Settings, table: Table, before: date, min_files
 def compact_before(spark: SparkSession, settings: Settings, table: Table, today: date) -> date:
     """The first date a compaction of `table` must not touch (see the module docstring)."""
     if table == STREAMING:
-        watermark = stream_watermark(spark, settings)
+        watermark = stream_watermark(settings)
         return min(today, watermark.date()) if watermark else date.min
     return today
 

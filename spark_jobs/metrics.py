@@ -5,18 +5,19 @@ process-global one, so two instances can live in one process, e.g. in tests).
 Nothing here runs a Spark job. The sources are:
 
 - the `StreamingQueryProgress` reports the service already polls for `stream_progress`
-  (`observe_progress`): batch durations, input rates and counts, rows dropped by the watermark,
-  the watermark, the bronze query's end offsets, the time of the last successful batch;
+  (`observe_progress`): batch durations, input rates and counts, the ingest query's end
+  offsets, the time of the last successful batch;
 - the Kafka end offsets (`lakehouse.kafka_admin.topic_offsets`, one batched request), polled by a
   background thread every `poll_seconds` (5 s): consumer lag per partition = end offset - the
-  bronze query's processed end offset (Spark commits no consumer-group offsets, DESIGN §8);
+  ingest query's processed end offset (Spark commits no consumer-group offsets, DESIGN §8);
 - the Delta logs of `quarantined_events` and `late_events`, followed commit by commit by the same
   thread: the records each blind append added, from the `add` actions' `numRecords` statistic.
   The quarantine reason is a per-file min/max statistic too; a file holding several reasons
-  (the bronze batch wrote them together) has its `reason` column read, which is a few rows:
+  (one batch wrote them together) has its `reason` column read, which is a few rows:
   quarantined records are rare. Counting from the log instead of in the batch keeps the
-  foreachBatch hot path as it was, and counts exactly what was committed (a re-run batch that
-  Delta's txnAppId skips adds nothing);
+  foreachBatch hot path as it was, and counts exactly what was committed (a re-run batch finds
+  its own append and adds nothing); each late record is also a row dropped by the watermark;
+- bronze's Delta log: the watermark stamped on its newest stream commit;
 - the streaming checkpoints, once at start (`seed_from_checkpoints`): the last committed
   positions, watermark and commit times, so lag and freshness are known before the first batch
   of a restarted service finishes.
@@ -44,10 +45,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from lakehouse.kafka_admin import PartitionOffsets, topic_offsets
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
-from spark_jobs.checkpoint import AGG_QUERY, BRONZE_QUERY
+from spark_jobs.checkpoint import INGEST_QUERY
 from spark_jobs.parse import REASONS
 
-QUERIES = (BRONZE_QUERY, AGG_QUERY)
+QUERIES = (INGEST_QUERY,)
 ADDRESS = "127.0.0.1"
 POLL_SECONDS = 5.0
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, math.inf)
@@ -156,7 +157,7 @@ class StreamMetrics:
         self._lock = threading.Lock()
         self._latest: dict[int, int] = {}  # Kafka end offset per partition
         self._earliest: dict[int, int] = {}
-        self._processed: dict[int, int] | None = None  # the bronze query's end offset per partition
+        self._processed: dict[int, int] | None = None  # the ingest query's end offset per partition
         self._watermark_s: float | None = None
         self._last_success: dict[str, float] = {}
         self._last_trigger: dict[str, str] = {}  # newest progress `timestamp` seen per query
@@ -176,8 +177,8 @@ class StreamMetrics:
             "Records read by the query's micro-batches (numInputRows).", ["query"], registry=r)
         self.dropped = Counter(
             "lakehouse_stream_rows_dropped_by_watermark",
-            "Input rows the query's stateful operators dropped as behind the watermark "
-            "(numRowsDroppedByWatermark).", ["query"], registry=r)
+            "Valid events the query left out of the aggregates as at or below the watermark "
+            "(each one is in late_events).", ["query"], registry=r)
         self.late_events = Counter(
             "lakehouse_late_events",
             "Rows appended to late_events: events at or below their batch's watermark, kept "
@@ -192,10 +193,10 @@ class StreamMetrics:
         for q in QUERIES:
             self.batch_duration.labels(q)
             self.input_records.labels(q)
-        self.dropped.labels(AGG_QUERY)
+        self.dropped.labels(INGEST_QUERY)
         for reason in REASONS:
             self.quarantined.labels(reason)
-        for source in ("kafka", "quarantined_events", "late_events"):
+        for source in ("kafka", "quarantined_events", "late_events", "bronze_events"):
             self.poll_errors.labels(source)
         self._rates: dict[tuple[str, str], float] = {}
         r.register(_Gauges(self))
@@ -222,10 +223,6 @@ class StreamMetrics:
         if executed:
             self.batch_duration.labels(query).observe(seconds)
             self.input_records.labels(query).inc(int(p.get("numInputRows") or 0))
-            dropped = sum(int(s.get("numRowsDroppedByWatermark") or 0)
-                          for s in p.get("stateOperators") or [])
-            if dropped:
-                self.dropped.labels(query).inc(dropped)
         source = (p.get("sources") or [{}])[0]
         end = source.get("endOffset")
         if isinstance(end, str):
@@ -233,30 +230,27 @@ class StreamMetrics:
                 end = json.loads(end)
             except ValueError:
                 end = None
-        watermark = _epoch_s((p.get("eventTime") or {}).get("watermark"))
         with self._lock:
             self._rates[(query, "input")] = float(p.get("inputRowsPerSecond") or 0.0)
             self._rates[(query, "processed")] = float(p.get("processedRowsPerSecond") or 0.0)
             if executed and started is not None:
                 self._last_success[query] = max(self._last_success.get(query, 0.0), started + seconds)
-            if query == BRONZE_QUERY and isinstance(end, dict):
+            if query == INGEST_QUERY and isinstance(end, dict):
                 by_partition = end.get(self.settings.events_topic)
                 if isinstance(by_partition, dict):
                     self._processed = {int(k): int(v) for k, v in by_partition.items()}
-            if query == AGG_QUERY and watermark is not None and watermark >= NO_WATERMARK_BEFORE_S:
-                self._watermark_s = max(self._watermark_s or 0.0, watermark)
 
     def seed_from_checkpoints(self, spark) -> None:
-        """What the checkpoints say before the first batch reports: the bronze query's
-        processed offsets, the aggregation's watermark and each query's last commit time.
+        """What the checkpoint says before the first batch reports: the query's processed
+        offsets and its last commit time; and the watermark (from bronze's Delta log).
         Reads a few checkpoint files through Hadoop's FileSystem (no Spark job)."""
         try:
-            path = self.settings.checkpoint_path(BRONZE_QUERY)
+            path = self.settings.checkpoint_path(INGEST_QUERY)
             last = ckpt.last_committed_batch(spark, path)
             offsets = ckpt.batch_offsets(spark, path, last) if last is not None else None
             end = ((offsets.sources[0] or {}).get(self.settings.events_topic)
                    if offsets and offsets.sources else None)
-            watermark = ckpt.stream_watermark(spark, self.settings)
+            watermark = ckpt.stream_watermark(self.settings)
             times = {q: ckpt.last_commit_time(spark, self.settings.checkpoint_path(q)) for q in QUERIES}
         except Exception as exc:  # noqa: BLE001 - metrics must never stop the service
             print(f"metrics: could not read the checkpoints: {exc}", file=sys.stderr, flush=True)
@@ -310,10 +304,19 @@ class StreamMetrics:
             n = sum(_records(a) for a in self._follow("late_events").new_appends())
             if n:
                 self.late_events.inc(n)
+                self.dropped.labels(INGEST_QUERY).inc(n)
+
+        def watermark() -> None:
+            # Stamped on bronze's newest stream commit by the batch that moved it.
+            wm = ckpt.stream_watermark(self.settings)
+            if wm is not None and wm.timestamp() >= NO_WATERMARK_BEFORE_S:
+                with self._lock:
+                    self._watermark_s = max(self._watermark_s or 0.0, wm.timestamp())
 
         self._guard("kafka", kafka)
         self._guard("quarantined_events", quarantine)
         self._guard("late_events", late)
+        self._guard("bronze_events", watermark)
 
     def _run(self) -> None:
         while True:
@@ -340,7 +343,7 @@ class StreamMetrics:
             rates = dict(self._rates)
         lag = GaugeMetricFamily(
             "lakehouse_kafka_consumer_lag_records",
-            "Kafka end offset minus the bronze query's processed end offset, per partition.",
+            "Kafka end offset minus the ingest query's processed end offset, per partition.",
             labels=["topic", "partition"])
         for p, n in self.lag().items():
             lag.add_metric([self.settings.events_topic, str(p)], n)
@@ -365,7 +368,7 @@ class StreamMetrics:
             return
         yield GaugeMetricFamily(
             "lakehouse_stream_watermark_timestamp_seconds",
-            "The aggregation query's event-time watermark (unix seconds): max event time seen "
+            "The stream's event-time watermark (unix seconds): max event time seen "
             "minus WATERMARK_DELAY.", value=watermark)
         yield GaugeMetricFamily(
             "lakehouse_stream_watermark_delay_seconds",

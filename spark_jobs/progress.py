@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 from pyspark.sql import SparkSession
 
 from lakehouse.settings import Settings
-from spark_jobs.tables import PROGRESS
+from spark_jobs.checkpoint import INGEST_QUERY
+from spark_jobs.tables import PROGRESS, StreamCommit, stream_commits
 
 
 def _ts(text: str | None) -> datetime | None:
@@ -34,11 +35,19 @@ def kafka_lag(end_offsets: dict, source_end: dict | str | None) -> int | None:
     return sum(max(0, end - int(processed.get(str(p), 0))) for p, end in end_offsets.items())
 
 
-def progress_row(query: str, p: dict, kafka_end_offsets: dict | None) -> dict:
+def progress_row(query: str, p: dict, kafka_end_offsets: dict | None,
+                 commit: StreamCommit | None = None) -> dict:
+    """One `stream_progress` row from a progress report; the watermark and the rows left out as
+    late come from the batch's bronze commit (`commit`: the ingest query runs no stateful
+    operator, so its reports carry neither)."""
     state = p.get("stateOperators") or []
     source = (p.get("sources") or [{}])[0]
     ts = _ts(p.get("timestamp")) or datetime.now(UTC)
     dropped = sum(int(s.get("numRowsDroppedByWatermark", 0)) for s in state)
+    watermark = _ts((p.get("eventTime") or {}).get("watermark"))
+    if commit is not None:
+        dropped = commit.late
+        watermark = datetime.fromtimestamp(commit.next_watermark_ms / 1000, tz=UTC)
     return {
         "query": query,
         "batch_id": int(p["batchId"]),
@@ -48,7 +57,7 @@ def progress_row(query: str, p: dict, kafka_end_offsets: dict | None) -> dict:
         "processed_rows_per_second": float(p.get("processedRowsPerSecond") or 0.0),
         "start_offsets": json.dumps(source.get("startOffset")),
         "end_offsets": json.dumps(source.get("endOffset")),
-        "watermark": _ts((p.get("eventTime") or {}).get("watermark")),
+        "watermark": watermark,
         "rows_dropped_by_watermark": dropped,
         "state_rows": sum(int(s.get("numRowsTotal", 0)) for s in state),
         "state_memory_bytes": sum(int(s.get("memoryUsedBytes", 0)) for s in state),
@@ -56,7 +65,7 @@ def progress_row(query: str, p: dict, kafka_end_offsets: dict | None) -> dict:
         "trigger_ms": int((p.get("durationMs") or {}).get("triggerExecution", 0)),
         "kafka_end_offsets": json.dumps(kafka_end_offsets) if kafka_end_offsets else None,
         "kafka_lag": kafka_lag(kafka_end_offsets or {}, source.get("endOffset"))
-        if query == "bronze" else None,
+        if query == INGEST_QUERY else None,
         "progress_date": ts.date(),
     }
 
@@ -76,7 +85,11 @@ def record_progress(
                (json.loads(p.json) if hasattr(p, "json") else p for p in progresses)}
     if not reports:
         return 0
-    rows = [progress_row(query, r, kafka_end_offsets) for _, r in sorted(reports.items())]
+    # The batches' bronze commits are among bronze's newest (one stream commit per batch).
+    commits = {(c.query, c.batch_id): c
+               for c in stream_commits(settings, len(reports) + 16) if c.query is not None}
+    rows = [progress_row(query, r, kafka_end_offsets, commits.get((r.get("id"), b)))
+            for b, r in sorted(reports.items())]
     schema = spark.createDataFrame([], PROGRESS.ddl).schema
     (
         spark.createDataFrame([tuple(r[f.name] for f in schema) for r in rows], schema)

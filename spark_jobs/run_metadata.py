@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from lakehouse.settings import Settings, from_micros
 from lakehouse.table_stats import largest_file_max_at_most, log_stats
 from spark_jobs import checkpoint as ckpt
-from spark_jobs.checkpoint import AGG_QUERY, stream_watermark
+from spark_jobs.checkpoint import INGEST_QUERY, stream_watermark
 from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING, read_table
 
 
@@ -92,7 +92,7 @@ def streaming_summary(spark: SparkSession, settings: Settings, batch_ids: list[i
     """Totals, plus what this run's batches (`batch_ids`) did, and freshness: now minus the
     newest event time, and now minus the end of the newest closed window."""
     now = datetime.now(UTC)
-    wm = stream_watermark(spark, settings)
+    wm = stream_watermark(settings)
     windows = log_stats(settings, STREAMING.name)
     late = log_stats(settings, LATE.name)
     newest_event = log_stats(settings, BRONZE.name, max_of=("event_time",)).max["event_time"]
@@ -106,7 +106,7 @@ def streaming_summary(spark: SparkSession, settings: Settings, batch_ids: list[i
             F.sum(F.when(F.unix_seconds("kafka_timestamp") > cutoff, 1).otherwise(0))
             .alias("beyond"),
         ).first().asDict()
-    committed = ckpt.last_commit_time(spark, settings.checkpoint_path(AGG_QUERY))
+    committed = ckpt.last_commit_time(spark, settings.checkpoint_path(INGEST_QUERY))
     return {
         "windows": windows.rows,
         "windows_open": recent.open,

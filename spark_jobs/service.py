@@ -1,8 +1,8 @@
 """`make stream`: the fast path as a long-running service (processing-time trigger).
 
-Runs the same two queries, on the same checkpoints, as the Dagster catch-up assets; holds the
-checkpoint locks while running, so a catch-up started meanwhile fails with a clear error instead
-of corrupting the checkpoint. SIGTERM or SIGINT stops both queries and exits 0; since every
+Runs the same query, on the same checkpoint, as the Dagster catch-up assets; holds the
+checkpoint lock while running, so a catch-up started meanwhile fails with a clear error instead
+of corrupting the checkpoint. SIGTERM or SIGINT stops the query and exits 0; since every
 write of a batch is idempotent, a stop (or a crash) mid-batch is repaired by the next start.
 While it runs, Prometheus metrics are served on 127.0.0.1:$METRICS_PORT/metrics
 (`spark_jobs.metrics`).
@@ -14,64 +14,58 @@ import json
 import signal
 import sys
 import threading
+import time
 from contextlib import ExitStack
 
 from confluent_kafka import KafkaException
 
 from lakehouse.kafka_admin import ensure_topic, topic_offsets
 from lakehouse.settings import Settings, spark_interval
+from spark_jobs.checkpoint import INGEST_QUERY
 from spark_jobs.lock import CheckpointBusy, checkpoint_lock
 from spark_jobs.metrics import serving
 from spark_jobs.progress import record_progress
 from spark_jobs.session import get_spark
-from spark_jobs.stream import (
-    AGG_QUERY,
-    BRONZE_QUERY,
-    MAX_RESTARTS,
-    STARTERS,
-    Trigger,
-    is_known_restart_bug,
-)
+from spark_jobs.stream import MAX_RESTARTS, Trigger, is_known_restart_bug, start_ingest
+
+PROGRESS_EVERY_S = 30.0  # stream_progress bookkeeping: at most one commit per this long
 
 
 def serve(settings: Settings, stop: threading.Event) -> int:
     interval = spark_interval(settings.stream_trigger_interval)
     ensure_topic(settings)
     spark = get_spark(settings)
-    with ExitStack() as locks:
-        for name in (BRONZE_QUERY, AGG_QUERY):
-            locks.enter_context(checkpoint_lock(settings.root, name, spark))
-        # Before the queries start: the metrics count every record they commit.
-        metrics = locks.enter_context(serving(settings, spark))
-        queries = {
-            name: STARTERS[name](spark, settings, Trigger(available_now=False, interval=interval))
-            for name in (BRONZE_QUERY, AGG_QUERY)
-        }
+
+    def start():
+        return start_ingest(spark, settings, Trigger(available_now=False, interval=interval))
+
+    with ExitStack() as held:
+        held.enter_context(checkpoint_lock(settings.root, INGEST_QUERY, spark))
+        # Before the query starts: the metrics count every record it commits.
+        metrics = held.enter_context(serving(settings, spark))
+        query = start()
         print(f"streaming {settings.events_topic} -> {settings.root} every {interval}; "
               "SIGTERM to stop", flush=True)
-        recorded: dict[str, int] = {name: -1 for name in queries}
-        restarts = {name: 0 for name in queries}
+        book = _Bookkeeping(spark, settings, metrics)
+        restarts = 0
         failed = None
-        while not stop.wait(settings.stream_trigger_interval.total_seconds()):
-            _record_new(spark, settings, queries, recorded, metrics)
-            for name, q in list(queries.items()):
-                exc = q.exception()
-                if exc is None:
-                    restarts[name] = 0
-                elif is_known_restart_bug(exc) and restarts[name] < MAX_RESTARTS:
-                    restarts[name] += 1
-                    print(f"{name}: restarting after Spark's known post-recovery error "
-                          "(SPARK-55271; the batch had committed)", flush=True)
-                    queries[name] = STARTERS[name](
-                        spark, settings, Trigger(available_now=False, interval=interval))
-                    recorded[name] = -1
-                else:
-                    failed = q
-            if failed is not None:
+        while not stop.wait(min(settings.stream_trigger_interval.total_seconds(), 5.0)):
+            book.poll(query)
+            exc = query.exception()
+            if exc is None:
+                restarts = 0
+            elif is_known_restart_bug(exc) and restarts < MAX_RESTARTS:
+                restarts += 1
+                print("ingest: restarting after Spark's known post-recovery error "
+                      "(SPARK-55271; the batch had committed)", flush=True)
+                book.poll(query, record=True)
+                query = start()
+                book.recorded = -1
+            else:
+                failed = query
                 break
-        for q in queries.values():
-            q.stop()
-        _record_new(spark, settings, queries, recorded, metrics)
+        query.stop()
+        book.poll(query, record=True)
     if failed is not None:
         print(f"error: query {failed.name} failed: {failed.exception()}", file=sys.stderr)
         return 1
@@ -79,22 +73,35 @@ def serve(settings: Settings, stop: threading.Event) -> int:
     return 0
 
 
-def _record_new(spark, settings, queries, recorded, metrics=None) -> None:
-    ends = None
-    for name, q in queries.items():
-        reports = [json.loads(p.json) for p in q.recentProgress]
-        if metrics is not None:
-            metrics.observe_progress(name, reports)
-        new = [p for p in reports if p["batchId"] > recorded[name]]
-        if not new:
-            continue
-        if name == BRONZE_QUERY:
-            ends = _topic_ends(settings)
-        record_progress(spark, settings, name, new, ends if name == BRONZE_QUERY else None)
-        recorded[name] = max(p["batchId"] for p in new)
-        last = new[-1]
-        print(f"{name}: batch {last['batchId']} rows {last.get('numInputRows')} "
-              f"watermark {(last.get('eventTime') or {}).get('watermark')}", flush=True)
+class _Bookkeeping:
+    """The service's view of its query's progress: metrics at every poll, a line per new batch,
+    and `stream_progress` rows at most every PROGRESS_EVERY_S (one Delta commit for all the
+    batches since the last), so the bookkeeping costs no commit per micro-batch."""
+
+    def __init__(self, spark, settings, metrics=None):
+        self.spark, self.settings, self.metrics = spark, settings, metrics
+        self.recorded = -1  # newest batch id in stream_progress
+        self.printed = -1
+        self.last_record = time.monotonic()
+
+    def poll(self, query, record: bool = False) -> None:
+        reports = [json.loads(p.json) for p in query.recentProgress]
+        if self.metrics is not None:
+            self.metrics.observe_progress(INGEST_QUERY, reports)
+        fresh = [p for p in reports if p["batchId"] > self.printed and "addBatch" in
+                 (p.get("durationMs") or {})]
+        if fresh:
+            last = fresh[-1]
+            self.printed = last["batchId"]
+            print(f"ingest: batch {last['batchId']} rows {last.get('numInputRows')} "
+                  f"in {(last.get('durationMs') or {}).get('triggerExecution')} ms", flush=True)
+        new = [p for p in reports if p["batchId"] > self.recorded]
+        due = record or time.monotonic() - self.last_record >= PROGRESS_EVERY_S
+        if not new or not due:
+            return
+        record_progress(self.spark, self.settings, INGEST_QUERY, new, _topic_ends(self.settings))
+        self.recorded = max(p["batchId"] for p in new)
+        self.last_record = time.monotonic()
 
 
 def _topic_ends(settings) -> dict[int, int] | None:

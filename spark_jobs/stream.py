@@ -1,16 +1,31 @@
-"""The fast path: two checkpointed Structured Streaming queries.
+"""The fast path: one checkpointed Structured Streaming query, one pass per event.
 
-1. `bronze` is the only Kafka consumer: stateless parse, then valid rows to `bronze_events` and
-   malformed ones to `quarantined_events`, each write idempotent per batch (Delta txnAppId =
-   the query's persistent id, txnVersion = batch id), so a re-run batch after a crash is a no-op.
-2. `aggregates` streams from bronze (already parsed and columnar): watermark, dedup by event_id,
-   tumbling windows, MERGE into `streaming_aggregates`. After each batch it records the late set:
-   the bronze rows in that batch's source range whose event_time is at or below the watermark
-   the dedup operator filtered with (the previous batch's, read from the checkpoint) are exactly
-   the rows it dropped.
+The `ingest` query is the stream's only Kafka consumer. Each micro-batch classifies its records
+once (cached) and, from that one classification, writes:
 
-Both run with `trigger(availableNow=True)` (Dagster catch-up) or a processing-time trigger (the
-service); the checkpoints under `$LAKEHOUSE_ROOT/_checkpoints` are shared by both ways.
+- `quarantined_events`: malformed records with a reason (only when there are some);
+- `late_events`: valid events at or below the batch's watermark (only when there are some);
+- `bronze_events`: every valid event, one commit stamped with the batch's Kafka end offsets,
+  the query and batch id, and the watermark the batch used and the one after it;
+- `streaming_aggregates`: the windows of the events that count (valid, above the watermark,
+  first copy of their event_id among the events still above it), added into the table by one
+  MERGE that also finalizes the windows the new watermark closes.
+
+The watermark is explicit and comes from committed state: the watermark a batch judges
+lateness by is the `next_watermark_ms` stamped on the previous bronze stream commit
+(max event time so far minus WATERMARK_DELAY). So the late lane is exact by construction (it is
+the predicate that excludes events from the aggregates), and a re-run batch, or a new
+checkpoint, computes the same watermark. No Spark stateful operator is involved.
+
+Exactly once: a batch can be re-run after a crash (foreachBatch is at-least-once). The appends
+are found by their tag (query id + batch id in the commit's userMetadata; the stream is the one
+writer of these tables, under the checkpoint lock), and the MERGE adds a batch into a window
+only if the window's `bronze_version` is older than the batch's bronze commit, a sequence that
+stays monotonic across checkpoint resets. A re-run batch therefore writes nothing twice and its
+MERGE changes no row.
+
+It runs with `trigger(availableNow=True)` (Dagster catch-up) or a processing-time trigger (the
+service); both use the checkpoint under `$LAKEHOUSE_ROOT/_checkpoints/ingest`.
 """
 
 from __future__ import annotations
@@ -18,30 +33,37 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from lakehouse import delta_log
 from lakehouse.kafka_admin import topic_offsets
-from lakehouse.settings import Settings, spark_interval
+from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
-from spark_jobs.checkpoint import AGG_QUERY, BRONZE_QUERY
+from spark_jobs.checkpoint import INGEST_QUERY
 from spark_jobs.lock import checkpoint_lock
-from spark_jobs.parse import parsed_events
+from spark_jobs.parse import VALID_COLUMNS, classify, quarantine_projection
 from spark_jobs.progress import record_progress
 from spark_jobs.tables import (
     BRONZE,
     LATE,
     QUARANTINE,
     STREAMING,
-    bronze_position,
+    StreamCommit,
+    batch_of,
+    batch_tag,
     ensure_tables,
-    position_metadata,
+    newest_stream_commit,
 )
-from spark_jobs.windows import flatten_window, measures, window_of
+from spark_jobs.windows import aggregate_windows, window_of
+
+WINDOW_KEYS = ("event_date", "window_start", "key")
+COMMIT_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+ADDITIVE = ("event_count", "value_sum", "event_fingerprint")
 
 
 @dataclass
@@ -58,8 +80,8 @@ class Trigger:
 
 
 @dataclass
-class _Batch:
-    """Lazily resolved per-query facts needed inside foreachBatch."""
+class _Query:
+    """Per-query facts resolved lazily inside foreachBatch."""
 
     spark: SparkSession
     checkpoint: str
@@ -67,37 +89,23 @@ class _Batch:
 
     @property
     def app_id(self) -> str:
-        # Delta txnAppId: the streaming query's id from its checkpoint. A new checkpoint is a new
-        # id, so a reprocess-from-scratch is not mistaken for already-committed batches.
+        # The query's id from its checkpoint: a new checkpoint is a new id, so its batch ids
+        # are never mistaken for those of commits made before.
         if self._app_id is None:
             self._app_id = ckpt.query_id(self.spark, self.checkpoint)
         return self._app_id
 
 
-def _idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int,
-                       user_metadata: str | None = None) -> None:
-    writer = (
-        df.write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id)
-        .option("txnVersion", batch_id)
-    )
-    if user_metadata:
-        writer = writer.option("userMetadata", user_metadata)
-    writer.save(path)
-
-
 # ---------------------------------------------------------------------------------------------
-# 1. Kafka -> bronze + quarantine
+# Where the query starts, and its source
 # ---------------------------------------------------------------------------------------------
-def starting_offsets(spark: SparkSession, settings: Settings) -> str:
-    """Where a bronze query with a new checkpoint starts: the earliest retained offset for a new
-    instance (nothing produced before the first run is skipped, DESIGN §7), or, when bronze
-    already holds records, the Kafka position stamped on its newest stream commit. So a reset
-    or lost checkpoint (a new txnAppId, which Delta's idempotent writes cannot recognise) never
-    ingests a record twice: bronze stays unique on (topic, partition, offset). Ignored by Spark
-    once the checkpoint has offsets."""
-    position = bronze_position(spark, settings)
+def starting_offsets(settings: Settings) -> str:
+    """Where a query with a new checkpoint starts: the earliest retained offset for a new
+    instance (nothing produced before the first run is skipped), or, when bronze already holds
+    records, the Kafka position stamped on its newest stream commit. So a reset or lost
+    checkpoint never ingests a record twice: bronze stays unique on (topic, partition, offset).
+    Ignored by Spark once the checkpoint has offsets."""
+    position = newest_stream_commit(settings)
     if position is None or not position.end_offsets:
         return "earliest"
     # -2 = earliest for a partition the stream has not read yet.
@@ -119,191 +127,248 @@ def kafka_source(spark: SparkSession, settings: Settings, start: str = "earliest
     )
 
 
-def write_bronze_batch(settings: Settings, ctx: _Batch) -> Callable[[DataFrame, int], None]:
-    def run(batch: DataFrame, batch_id: int) -> None:
-        stamp = [
-            F.current_timestamp().alias("ingested_at"),
-            F.lit(batch_id).cast("long").alias("bronze_batch_id"),
-        ]
-        # The batch's end offsets (from its write-ahead log entry) stamp the bronze commit.
-        ends = (ckpt.batch_offsets(batch.sparkSession, ctx.checkpoint, batch_id).sources[0]
-                or {}).get(settings.events_topic) or {}
-        with parsed_events(batch, settings) as (valid, bad):
-            _idempotent_append(valid.select("*", *stamp), settings.table_path(BRONZE.name),
-                               ctx.app_id, batch_id,
-                               position_metadata({int(p): int(o) for p, o in ends.items()}))
-            # Most batches have nothing to quarantine: no empty commit for them (the check
-            # reads the cached classification). A re-run batch decides the same way.
-            if not bad.isEmpty():
-                _idempotent_append(bad.select("*", *stamp),
-                                   settings.table_path(QUARANTINE.name), ctx.app_id, batch_id)
-
-    return run
-
-
-def start_bronze(spark: SparkSession, settings: Settings, trigger: Trigger) -> StreamingQuery:
-    ensure_tables(spark, settings)
-    checkpoint = settings.checkpoint_path(BRONZE_QUERY)
-    ctx = _Batch(spark, checkpoint)
-    fresh = ckpt.last_committed_batch(spark, checkpoint) is None and ckpt.batch_offsets(
-        spark, checkpoint, 0) is None
-    writer = (
-        kafka_source(spark, settings, starting_offsets(spark, settings) if fresh else "earliest")
-        .writeStream.queryName(BRONZE_QUERY)
-        .foreachBatch(write_bronze_batch(settings, ctx))
-        .option("checkpointLocation", checkpoint)
-    )
-    return trigger.apply(writer).start()
-
-
 # ---------------------------------------------------------------------------------------------
-# 2. bronze -> streaming_aggregates + late_events
+# Pure parts of a batch
 # ---------------------------------------------------------------------------------------------
-def bronze_source(spark: SparkSession, settings: Settings) -> DataFrame:
-    return (
-        spark.readStream.format("delta")
-        # Read the log version by version from the table's creation (never an initial snapshot),
-        # so each batch's source range is a range of bronze commit versions.
-        .option("startingVersion", 0)
-        .option("maxFilesPerTrigger", 1_000_000)
-        # Commits that change existing bronze rows (a repair, a deletion) are not new events:
-        # the fast path skips them instead of failing; corrections read them from the change
-        # feed (and a reprocess rebuilds from the log).
-        .option("skipChangeCommits", "true")
-        .load(settings.table_path(BRONZE.name))
-    )
+def next_watermark_ms(watermark_ms: int, newest_event_ms: int | None, settings: Settings) -> int:
+    """The watermark after a batch: never moves back; max event time seen minus the delay."""
+    if newest_event_ms is None:
+        return watermark_ms
+    return max(watermark_ms, newest_event_ms - int(settings.watermark_delay.total_seconds() * 1000))
 
 
-def windowed_aggregates(events: DataFrame, settings: Settings) -> DataFrame:
-    agg = (
-        events.select("event_id", "key", "event_time", "value")
-        .withWatermark("event_time", spark_interval(settings.watermark_delay))
-        .dropDuplicatesWithinWatermark(["event_id"])
-        .groupBy(window_of(settings).alias("window"), "key")
-        .agg(*measures())
-    )
-    return flatten_window(agg)
-
-
-def bronze_version_range(start: dict | None, end: dict) -> tuple[int, int]:
-    """Bronze commit versions [first, last] a Delta-source batch covers. With an unlimited
-    maxFilesPerTrigger a batch always ends at a version boundary: `index` -1 means "before any
-    file of reservoirVersion", so that version is not included."""
-    def consumed_through(off: dict) -> int:
-        return off["reservoirVersion"] - (1 if off["index"] == -1 else 0)
-
-    first = 0 if start is None else consumed_through(start) + 1
-    return first, consumed_through(end)
-
-
-def late_rows(
-    spark: SparkSession, settings: Settings, first: int, last: int, watermark_ms: int, batch_id: int
-) -> DataFrame:
-    changes = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", first)
-        .option("endingVersion", last)
-        .load(settings.table_path(BRONZE.name))
-        .where("_change_type = 'insert'")
-    )
+def late_projection(valid: DataFrame, settings: Settings, watermark_ms: int,
+                    batch_id: int) -> DataFrame:
+    """`late_events` rows of valid events at or below the watermark (the caller filters)."""
     wm = F.timestamp_millis(F.lit(watermark_ms))
     w = window_of(settings)
-    return changes.where(F.col("event_time") <= wm).select(
-        "event_id",
-        "key",
-        "event_time",
-        "value",
-        "event_date",
-        w.start.alias("window_start"),
-        w.end.alias("window_end"),
-        (F.unix_millis(wm) - F.unix_millis("event_time")).alias("lateness_ms"),
+    return valid.select(
+        "event_id", "key", "event_time", "value", "event_date",
+        w.start.alias("window_start"), w.end.alias("window_end"),
+        (F.lit(watermark_ms) - F.unix_millis("event_time")).alias("lateness_ms"),
         F.lit(batch_id).cast("long").alias("batch_id"),
         wm.alias("batch_watermark"),
-        "topic",
-        "partition",
-        "offset",
-        "kafka_timestamp",
+        "topic", "partition", "offset", "kafka_timestamp",
         F.current_timestamp().alias("recorded_at"),
     )
 
 
-def write_aggregate_batch(settings: Settings, ctx: _Batch) -> Callable[[DataFrame, int], None]:
+def first_copies(events: DataFrame) -> DataFrame:
+    """One row per (event_date, event_id): the first copy by broker time, then log position
+    (the order corrections and the replay use), with a hash aggregate instead of a sort."""
+    order = ("kafka_timestamp", "topic", "partition", "offset")
+    first = F.min(F.struct(*order, "key", "event_time", "value")).alias("f")
+    return events.groupBy("event_date", "event_id").agg(first).select(
+        "event_date", "event_id", "f.key", "f.event_time", "f.value")
+
+
+def counted_events(on_time: DataFrame, earlier: DataFrame | None) -> DataFrame:
+    """The on-time events that count: the first copy of each event_id in the batch, unless an
+    earlier batch already ingested a copy still above the watermark (`earlier`: event_date,
+    event_id). A copy at or below the watermark cannot have a counted twin: its twin is late too
+    (a re-sent event keeps its event time)."""
+    firsts = first_copies(on_time)
+    if earlier is None:
+        return firsts
+    return firsts.join(earlier, ["event_date", "event_id"], "left_anti")
+
+
+# ---------------------------------------------------------------------------------------------
+# One micro-batch
+# ---------------------------------------------------------------------------------------------
+def _label(spark: SparkSession, what: str) -> None:
+    """Name the Spark jobs that follow (`make profile` groups them by this)."""
+    spark.sparkContext.setJobDescription(f"ingest:{what}")
+
+
+def _already_appended(settings: Settings, table: str, query: str, batch_id: int) -> bool:
+    """Whether `table` holds this batch's append (a re-run after a crash): its recent commits
+    carry the batch's tag. Only the ingest query appends to these tables (under the checkpoint
+    lock), and nothing but maintenance commits in between, so a few commits back suffice."""
+    return any(batch_of(c.get("userMetadata")) == (query, batch_id)
+               for c in delta_log.commits(settings, table, 16))
+
+
+def _append(df: DataFrame, settings: Settings, table: str, user_metadata: str) -> None:
+    (df.write.format("delta").mode("append").option("userMetadata", user_metadata)
+     .save(settings.table_path(table)))
+
+
+def _bronze_commit_of(settings: Settings, query: str, batch_id: int) -> StreamCommit | None:
+    found = newest_stream_commit(settings)
+    if found is not None and found.query == query and found.batch_id == batch_id:
+        return found
+    return None
+
+
+def _date_list(dates: list[date]) -> str:
+    return ",".join(f"DATE'{d.isoformat()}'" for d in sorted(set(dates)))
+
+
+def merge_aggregates(spark: SparkSession, settings: Settings, deltas: DataFrame | None,
+                     dates: list[date], commit: StreamCommit, batch_id: int) -> None:
+    """Add the batch's window deltas into `streaming_aggregates` and finalize the windows the
+    new watermark closes, in one MERGE.
+
+    Pruned: every delta window ends after the batch's watermark, and every window to finalize
+    ends in (watermark, next watermark], so the target is read only in those dates and above the
+    watermark (file statistics on window_end skip the rest; deletion vectors keep files narrow).
+    Guarded: a window already holding this bronze version (a re-run) is not added again, and a
+    window already final is left alone, so a re-run batch's MERGE changes no row."""
+    wm, next_wm = commit.watermark_ms, commit.next_watermark_ms
+    wm_ts, next_ts = F.timestamp_millis(F.lit(wm)), F.timestamp_millis(F.lit(next_wm))
+    window_ms = int(settings.window_size.total_seconds() * 1000)
+    sources = [deltas] if deltas is not None else []
+    if next_wm // window_ms > wm // window_ms and wm > 0:  # a window end in (wm, next_wm]
+        first, last = (datetime.fromtimestamp(t / 1000, tz=UTC).date() for t in (wm, next_wm))
+        dates = [*dates, *(date.fromordinal(o) for o in range(first.toordinal(),
+                                                              last.toordinal() + 1))]
+        # Open windows the new watermark closes: read from the target itself, pruned like it.
+        to_close = (
+            spark.read.format("delta").load(settings.table_path(STREAMING.name))
+            .where((F.col("status") == "open")
+                   & F.col("event_date").between(F.lit(first), F.lit(last))
+                   & (F.col("window_end") > wm_ts) & (F.col("window_end") <= next_ts))
+            .select(*WINDOW_KEYS, "window_end")
+        )
+        if deltas is not None:
+            to_close = to_close.join(deltas.select(*WINDOW_KEYS), list(WINDOW_KEYS), "left_anti")
+        sources.append(to_close)
+    if not sources or not dates:
+        return
+    source = sources[0]
+    for more in sources[1:]:
+        source = source.unionByName(more, allowMissingColumns=True)
+    _label(spark, "aggregates")
+    spark.conf.set(COMMIT_METADATA, batch_tag(commit.query, batch_id))
+    try:
+        now = F.current_timestamp()
+        added = {c: F.col(f"t.{c}") + F.col(f"s.{c}") for c in ADDITIVE}
+        (
+            DeltaTable.forPath(spark, settings.table_path(STREAMING.name)).alias("t")
+            .merge(source.alias("s"),
+                   f"t.event_date IN ({_date_list(dates)}) AND t.window_end > timestamp_millis({wm})"
+                   " AND t.event_date = s.event_date AND t.window_start = s.window_start"
+                   " AND t.key = s.key")
+            .whenMatchedUpdate(
+                condition=F.col("s.event_count").isNotNull()
+                & (F.coalesce(F.col("t.bronze_version"), F.lit(-1)) < F.lit(commit.version)),
+                set={**added,
+                     "value_min": F.least("t.value_min", "s.value_min"),
+                     "value_max": F.greatest("t.value_max", "s.value_max"),
+                     "status": F.when(F.col("t.window_end") <= next_ts, "final").otherwise("open"),
+                     "watermark": next_ts, "batch_id": F.lit(batch_id),
+                     "bronze_version": F.lit(commit.version), "updated_at": now})
+            .whenMatchedUpdate(
+                condition=(F.col("t.status") == "open") & (F.col("t.window_end") <= next_ts),
+                set={"status": F.lit("final"), "watermark": next_ts, "updated_at": now})
+            .whenNotMatchedInsert(
+                condition=F.col("s.event_count").isNotNull(),
+                values={**{c: F.col(f"s.{c}") for c in (*WINDOW_KEYS, "window_end", *ADDITIVE,
+                                                         "value_min", "value_max")},
+                        "status": F.when(F.col("s.window_end") <= next_ts, "final").otherwise("open"),
+                        "watermark": next_ts, "batch_id": F.lit(batch_id),
+                        "bronze_version": F.lit(commit.version), "updated_at": now})
+            .execute()
+        )
+    finally:
+        spark.conf.unset(COMMIT_METADATA)
+
+
+def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int], None]:
     def run(batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
-        this = ckpt.batch_offsets(spark, ctx.checkpoint, batch_id)
-        prev = ckpt.batch_offsets(spark, ctx.checkpoint, batch_id - 1) if batch_id > 0 else None
-        wm_ms = this.watermark_ms
-        # The watermark the previous batch ran with (0 before any): its finalize bound, and the
-        # one this batch's dedup dropped late rows by (see below).
-        prev_wm_ms = prev.watermark_ms if prev else 0
-        wm = F.timestamp_millis(F.lit(wm_ms))
-        now = datetime.now(UTC)
-        rows = batch.select(
-            "*",
-            F.when(F.col("window_end") <= wm, "final").otherwise("open").alias("status"),
-            wm.alias("watermark"),
-            F.lit(batch_id).cast("long").alias("batch_id"),
-            F.lit(now).alias("updated_at"),
-        ).persist()
+        app = query.app_id
+        # The batch's end offsets, from its write-ahead log entry: they stamp the bronze commit.
+        ends = (ckpt.batch_offsets(spark, query.checkpoint, batch_id).sources[0] or {}).get(
+            settings.events_topic) or {}
+        done = _bronze_commit_of(settings, app, batch_id)
+        if done is not None:  # a re-run whose appends all committed (bronze is the last)
+            watermark_ms = done.watermark_ms
+            earlier_version = done.version - 1
+        else:
+            previous = newest_stream_commit(settings)
+            watermark_ms = previous.next_watermark_ms if previous else 0
+            # Bronze before this batch; -1: no stream commit yet, so no earlier copy to find.
+            earlier_version = delta_log.version(settings, BRONZE.name) if previous else -1
+        wm = F.timestamp_millis(F.lit(watermark_ms))
+        stamp = [F.current_timestamp().alias("ingested_at"),
+                 F.lit(batch_id).cast("long").alias("bronze_batch_id")]
+
+        _label(spark, "classify")
+        classified = classify(batch, settings).persist()
         try:
-            target = DeltaTable.forPath(spark, settings.table_path(STREAMING.name))
-            dates = [r.event_date for r in rows.select("event_date").distinct().collect()]
-            if dates:
-                in_dates = "t.event_date IN ({})".format(
-                    ",".join(f"DATE'{d.isoformat()}'" for d in dates)
-                )
-                (
-                    target.alias("t")
-                    .merge(rows.alias("s"), f"{in_dates} AND t.event_date = s.event_date AND "
-                           "t.window_start = s.window_start AND t.key = s.key")
-                    .whenMatchedUpdateAll()
-                    .whenNotMatchedInsertAll()
-                    .execute()
-                )
-            # Windows the watermark has passed are final (Spark evicts them in this batch).
-            # Those ending at or before the previous watermark were finalized by the previous
-            # batch (or written final), so only windows ending in (previous, current] are
-            # looked at: the UPDATE prunes to the newest dates and files, however long the
-            # history, and does not run when the watermark did not move.
-            if wm_ms > prev_wm_ms:
-                prev_wm = F.timestamp_millis(F.lit(prev_wm_ms))
-                target.update(
-                    condition=(F.col("status") == "open")
-                    & F.col("event_date").between(F.to_date(prev_wm), F.to_date(wm))
-                    & (F.col("window_end") > prev_wm) & (F.col("window_end") <= wm),
-                    set={"status": F.lit("final"), "updated_at": F.lit(now)},
-                )
+            valid = classified.where(F.col("reason").isNull()).select(*VALID_COLUMNS)
+            is_valid, is_late = F.col("reason").isNull(), F.col("event_time") <= wm
+            # One job: builds the cache and answers every question the writes depend on.
+            facts = classified.agg(
+                F.count(F.when(~is_valid, 1)).alias("bad"),
+                F.count(F.when(is_valid & is_late, 1)).alias("late"),
+                F.count(F.when(is_valid & ~is_late, 1)).alias("on_time"),
+                F.max(F.when(is_valid, F.unix_millis("event_time"))).alias("newest_ms"),
+            ).first()
+            commit = done or StreamCommit(
+                version=-1, end_offsets={int(p): int(o) for p, o in ends.items()},
+                query=app, batch_id=batch_id, watermark_ms=watermark_ms,
+                next_watermark_ms=next_watermark_ms(watermark_ms, facts.newest_ms, settings),
+                late=facts.late, quarantined=facts.bad)
+
+            deltas, dates = None, []
+            if facts.on_time:
+                _label(spark, "dedup")
+                on_time = valid.where(~is_late)
+                earlier = None
+                if earlier_version >= 0:
+                    earlier = (spark.read.format("delta").option("versionAsOf", earlier_version)
+                               .load(settings.table_path(BRONZE.name))
+                               .where((F.col("event_date") >= F.to_date(wm))
+                                      & (F.col("event_time") > wm))
+                               .select("event_date", "event_id"))
+                # Against bronze without this batch (pinned version), and checkpointed: never
+                # recomputed after the bronze append.
+                deltas = aggregate_windows(counted_events(on_time, earlier), settings
+                                           ).localCheckpoint()
+                dates = [r.event_date for r in deltas.select("event_date").distinct().collect()]
+
+            if done is None:
+                tag = batch_tag(app, batch_id)
+                if facts.bad and not _already_appended(settings, QUARANTINE.name, app, batch_id):
+                    _label(spark, "quarantine")
+                    bad = quarantine_projection(classified.where(~is_valid), settings)
+                    _append(bad.select("*", *stamp), settings, QUARANTINE.name, tag)
+                if facts.late and not _already_appended(settings, LATE.name, app, batch_id):
+                    _label(spark, "late")
+                    _append(late_projection(valid.where(is_late), settings, watermark_ms, batch_id),
+                            settings, LATE.name, tag)
+                _label(spark, "bronze")
+                # Last of the appends: its commit says the batch's appends are all done.
+                _append(valid.select("*", *stamp), settings, BRONZE.name, commit.metadata())
+                commit = _bronze_commit_of(settings, app, batch_id)
+                if commit is None:
+                    raise RuntimeError(f"bronze commit of ingest batch {batch_id} not found "
+                                       "after appending it: another writer on bronze?")
+            merge_aggregates(spark, settings, deltas, dates, commit, batch_id)
         finally:
-            rows.unpersist()
-        # With chained stateful operators (dedup, then windows) Spark drops input rows by the
-        # watermark "for late events", which is the previous batch's watermark; the current one
-        # is only used for eviction (SPARK-40925). They differ whenever data keeps arriving.
-        src_end = this.sources[0]
-        if src_end is not None:
-            first, last = bronze_version_range(prev.sources[0] if prev else None, src_end)
-            if first <= last and prev_wm_ms > 0:
-                late = late_rows(spark, settings, first, last, prev_wm_ms, batch_id)
-                _idempotent_append(late, settings.table_path(LATE.name), ctx.app_id, batch_id)
+            if deltas is not None:
+                deltas.unpersist()
+            classified.unpersist()
+            spark.sparkContext.setJobDescription(None)
 
     return run
 
 
-def start_aggregates(spark: SparkSession, settings: Settings, trigger: Trigger) -> StreamingQuery:
+def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger) -> StreamingQuery:
     ensure_tables(spark, settings)
-    checkpoint = settings.checkpoint_path(AGG_QUERY)
-    ctx = _Batch(spark, checkpoint)
+    checkpoint = settings.checkpoint_path(INGEST_QUERY)
+    fresh = ckpt.last_committed_batch(spark, checkpoint) is None and ckpt.batch_offsets(
+        spark, checkpoint, 0) is None
     writer = (
-        windowed_aggregates(bronze_source(spark, settings), settings)
-        .writeStream.queryName(AGG_QUERY)
-        .outputMode("update")
-        .foreachBatch(write_aggregate_batch(settings, ctx))
+        kafka_source(spark, settings, starting_offsets(settings) if fresh else "earliest")
+        .writeStream.queryName(INGEST_QUERY)
+        .foreachBatch(ingest_batch(settings, _Query(spark, checkpoint)))
         .option("checkpointLocation", checkpoint)
     )
     return trigger.apply(writer).start()
-
-
-STARTERS = {BRONZE_QUERY: start_bronze, AGG_QUERY: start_aggregates}
 
 
 # Spark 4.1.1 bug (SPARK-55271): after a crash, the Kafka source's progress metrics throw this
@@ -317,13 +382,13 @@ def is_known_restart_bug(exc: BaseException | None) -> bool:
     return exc is not None and _SPARK_55271 in str(exc)
 
 
-def run_available_now(spark: SparkSession, settings: Settings, query: str) -> list[dict]:
-    """One checkpointed catch-up of `query`: every available record, then stop. Returns the
-    progress reports of its batches (also recorded in `stream_progress`)."""
+def run_available_now(spark: SparkSession, settings: Settings) -> list[dict]:
+    """One checkpointed catch-up: every available record, then stop. Returns the progress
+    reports of its batches (also recorded in `stream_progress`, once for the run)."""
     progresses: list[dict] = []
-    with checkpoint_lock(settings.root, query, spark):
+    with checkpoint_lock(settings.root, INGEST_QUERY, spark):
         for attempt in range(MAX_RESTARTS + 1):
-            q = STARTERS[query](spark, settings, Trigger(available_now=True))
+            q = start_ingest(spark, settings, Trigger(available_now=True))
             try:
                 q.awaitTermination()
                 progresses += [json.loads(p.json) for p in q.recentProgress]
@@ -332,13 +397,11 @@ def run_available_now(spark: SparkSession, settings: Settings, query: str) -> li
                 progresses += [json.loads(p.json) for p in q.recentProgress]
                 if not is_known_restart_bug(exc) or attempt == MAX_RESTARTS:
                     raise
-    ends = None
-    if query == BRONZE_QUERY:
-        ends = {p.partition: p.latest for p in topic_offsets(settings)}
-    record_progress(spark, settings, query, progresses, ends)
+    ends = {p.partition: p.latest for p in topic_offsets(settings)}
+    record_progress(spark, settings, INGEST_QUERY, progresses, ends)
     return progresses
 
 
 def catch_up(spark: SparkSession, settings: Settings) -> dict[str, list[dict]]:
-    """Bronze then aggregates, each available-now until done."""
-    return {q: run_available_now(spark, settings, q) for q in (BRONZE_QUERY, AGG_QUERY)}
+    """The stream caught up to the end of the topic (one availableNow run of `ingest`)."""
+    return {INGEST_QUERY: run_available_now(spark, settings)}

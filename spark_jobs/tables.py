@@ -36,6 +36,9 @@ class Table:
     ddl: str
     partition_by: str
     change_data_feed: bool = False
+    # Deletion vectors: a MERGE marks the rows it replaces instead of rewriting their files, so
+    # its cost follows the rows it touches, not the files they sit in.
+    deletion_vectors: bool = False
 
 
 BRONZE = Table(
@@ -59,9 +62,12 @@ QUARANTINE = Table(
 )
 STREAMING = Table(
     "streaming_aggregates",
+    # bronze_version: the bronze commit of the last batch added into the row (the additive
+    # MERGE's guard: a re-run batch adds nothing twice).
     f"""{WINDOW_KEY}, {MEASURES}, status STRING NOT NULL, watermark TIMESTAMP,
-    batch_id BIGINT NOT NULL, updated_at TIMESTAMP NOT NULL""",
+    batch_id BIGINT NOT NULL, updated_at TIMESTAMP NOT NULL, bronze_version BIGINT""",
     "event_date",
+    deletion_vectors=True,
 )
 LATE = Table(
     "late_events",
@@ -138,6 +144,8 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         )
         if table.change_data_feed:
             builder = builder.property("delta.enableChangeDataFeed", "true")
+        if table.deletion_vectors:
+            builder = builder.property("delta.enableDeletionVectors", "true")
         builder.execute()
 
 
@@ -186,8 +194,104 @@ def tagged_commits(spark: SparkSession, detail: str):
 BRONZE_POSITION_TAG = "lakehouse-stream:kafka-end-offsets="
 
 
+# Bronze commits of the one-pass ingest query carry more: the query and batch that made them
+# (their idempotency key: a re-run batch finds its own commit and does not write again) and the
+# watermark the batch judged lateness by and the one after it. The watermark is thus part of
+# committed state: a re-run batch, or a new checkpoint, computes exactly the same one.
+INGEST_TAG = "lakehouse-ingest:"
+
+
 def position_metadata(end_offsets: dict[int, int]) -> str:
     return BRONZE_POSITION_TAG + json.dumps({str(p): o for p, o in sorted(end_offsets.items())})
+
+
+@dataclass(frozen=True)
+class StreamCommit:
+    """What a stream commit of bronze says about the batch that made it."""
+
+    version: int
+    end_offsets: dict[int, int]
+    committed_at: datetime | None = None
+    query: str | None = None  # the ingest query's id (its checkpoint's); None: an older release
+    batch_id: int | None = None
+    watermark_ms: int = 0  # lateness was judged by this watermark (event_time <= it: late)
+    next_watermark_ms: int = 0  # after the batch: max(watermark, newest event time - delay)
+    late: int = 0  # the batch's valid events at or below the watermark (its late_events rows)
+    quarantined: int = 0
+
+    def metadata(self) -> str:
+        return INGEST_TAG + json.dumps({
+            "kafka_end_offsets": {str(p): o for p, o in sorted(self.end_offsets.items())},
+            "query": self.query, "batch_id": self.batch_id,
+            "watermark_ms": self.watermark_ms, "next_watermark_ms": self.next_watermark_ms,
+            "late": self.late, "quarantined": self.quarantined,
+        }, sort_keys=True)
+
+    @staticmethod
+    def parse(commit: dict) -> StreamCommit | None:
+        """From a commit info (delta-rs `history()` row); None for a commit the stream did not
+        make."""
+        meta = commit.get("userMetadata") or ""
+        at = datetime.fromtimestamp(commit["timestamp"] / 1000, tz=UTC) \
+            if commit.get("timestamp") is not None else None
+        if meta.startswith(INGEST_TAG):
+            d = json.loads(meta[len(INGEST_TAG):])
+            return StreamCommit(
+                commit["version"], {int(p): int(o) for p, o in d["kafka_end_offsets"].items()},
+                at, d.get("query"), d.get("batch_id"), int(d.get("watermark_ms") or 0),
+                int(d.get("next_watermark_ms") or 0), int(d.get("late") or 0),
+                int(d.get("quarantined") or 0))
+        if meta.startswith(BRONZE_POSITION_TAG):
+            offsets = json.loads(meta[len(BRONZE_POSITION_TAG):])
+            return StreamCommit(commit["version"], {int(p): int(o) for p, o in offsets.items()}, at)
+        return None
+
+
+def batch_tag(query: str, batch_id: int) -> str:
+    """The userMetadata of the ingest batch's other commits (quarantine, late lane, aggregates)."""
+    return f"{BATCH_TAG}{query}:{batch_id}"
+
+
+BATCH_TAG = "lakehouse-ingest-batch:"
+
+
+def batch_of(user_metadata: str | None) -> tuple[str, int] | None:
+    """(query id, batch id) of a commit the ingest query made, from its userMetadata."""
+    meta = user_metadata or ""
+    if meta.startswith(BATCH_TAG):
+        query, _, batch = meta[len(BATCH_TAG):].rpartition(":")
+        return query, int(batch)
+    if meta.startswith(INGEST_TAG):
+        d = json.loads(meta[len(INGEST_TAG):])
+        return d.get("query"), int(d.get("batch_id"))
+    return None
+
+
+def stream_commits(settings: Settings, limit: int) -> list[StreamCommit]:
+    """The stream commits among bronze's newest `limit` commits, newest first."""
+    return [c for c in map(StreamCommit.parse, delta_log.commits(settings, BRONZE.name, limit))
+            if c is not None]
+
+
+def newest_stream_commit(settings: Settings, version: int | None = None) -> StreamCommit | None:
+    """The newest stream commit of bronze at or below `version` (default: the newest), however
+    far back: the log is read backwards in growing pages (the stream's own commit is normally
+    the newest one, so one page of a few commits is the usual cost). None when bronze does not
+    exist or holds no stream commit."""
+    log = delta_log.open_table(settings, BRONZE.name)
+    if log is None:
+        return None
+    current = log.version()
+    version = current if version is None else version
+    limit = current - version + 8
+    while True:
+        history = log.history(limit)
+        for commit in history:
+            if commit["version"] <= version and (found := StreamCommit.parse(commit)):
+                return found
+        if len(history) < limit:
+            return None
+        limit *= 8
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 
 from lakehouse import storage
 from lakehouse.settings import Settings
+from spark_jobs.checkpoint import INGEST_QUERY
 from spark_jobs.tables import BRONZE, LATE, PROGRESS, read_table
 from spark_jobs.timeline_plot import Histogram, Series, TimelineData, choose_bucket, render, summary
 
@@ -148,11 +149,10 @@ def _progress_series(progress: DataFrame, bucket_us: int) -> tuple[Series, ...]:
         return lambda r: None if r[field] is None else r[field] / scale
 
     return (
-        series("watermark", "aggregates", lambda r: _utc(r.wm_us)),
-        series("consumer_lag", "bronze", lambda r: r.lag),
-        series("batch_duration_bronze", "bronze", seconds("trigger_ms", 1000)),
-        series("batch_duration_aggregates", "aggregates", seconds("trigger_ms", 1000)),
-        series("aggregate_freshness", "aggregates", seconds("stale_us", US)),
+        series("watermark", INGEST_QUERY, lambda r: _utc(r.wm_us)),
+        series("consumer_lag", INGEST_QUERY, lambda r: r.lag),
+        series("batch_duration", INGEST_QUERY, seconds("trigger_ms", 1000)),
+        series("aggregate_freshness", INGEST_QUERY, seconds("stale_us", US)),
     )
 
 

@@ -35,10 +35,10 @@ NICE_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 1
                 43200, 86400, 172800, 604800, 2592000)
 
 TIMELINE_SERIES = ("lateness_p50", "lateness_p99", "lateness_max", "watermark", "consumer_lag",
-                   "batch_duration_bronze", "batch_duration_aggregates", "aggregate_freshness")
+                   "batch_duration", "aggregate_freshness")
 HISTOGRAM, WHAT_IF = "lateness_histogram", "what_if_late_records"
 UNITS = {"lateness_p50": "s", "lateness_p99": "s", "lateness_max": "s", "watermark": "time",
-         "consumer_lag": "records", "batch_duration_bronze": "s", "batch_duration_aggregates": "s",
+         "consumer_lag": "records", "batch_duration": "s",
          "aggregate_freshness": "s", HISTOGRAM: "records", WHAT_IF: "records"}
 NO_DATA = "no data yet"
 
@@ -132,8 +132,8 @@ def bin_labels(edges: tuple[timedelta, ...]) -> list[str]:
 
 # ---- panels --------------------------------------------------------------------------------------
 COLORS = {"lateness_p50": "#1f77b4", "lateness_p99": "#ff7f0e", "lateness_max": "#d62728",
-          "watermark": "#2ca02c", "consumer_lag": "#9467bd", "batch_duration_bronze": "#8c564b",
-          "batch_duration_aggregates": "#17becf", "aggregate_freshness": "#e377c2",
+          "watermark": "#2ca02c", "consumer_lag": "#9467bd", "batch_duration": "#8c564b",
+          "aggregate_freshness": "#e377c2",
           HISTOGRAM: "#9ecae1", WHAT_IF: "#d62728"}
 
 
@@ -151,18 +151,18 @@ PANELS = (
            (("lateness_p50", "p50"), ("lateness_p99", "p99 (approx.)"), ("lateness_max", "max")),
            "Lateness = kafka_timestamp − event_time of each bronze record, per arrival-time bucket. "
            "Negative values: the event is stamped after the broker appended it (clock skew)."),
-    _Panel("Watermark progress (aggregates query)", "time", "watermark (UTC)",
+    _Panel("Watermark progress", "time", "watermark (UTC)",
            (("watermark", "watermark"),),
-           "The aggregation's watermark (max event time seen − WATERMARK_DELAY), latest per bucket, "
+           "The stream's watermark (max event time seen − WATERMARK_DELAY), latest per bucket, "
            "against batch time. Windows ending before it are final; older events go to the late lane."),
-    _Panel("Consumer lag (bronze query)", "records", "records behind", (("consumer_lag", "kafka lag"),),
-           "Topic end offsets minus the offsets the bronze query has processed, summed over "
+    _Panel("Consumer lag", "records", "records behind", (("consumer_lag", "kafka lag"),),
+           "Topic end offsets minus the offsets the ingest query has processed, summed over "
            "partitions; max per bucket."),
     _Panel("Batch duration", "s", "trigger time (s)",
-           (("batch_duration_bronze", "bronze"), ("batch_duration_aggregates", "aggregates")),
-           "Wall time of each micro-batch (durationMs.triggerExecution), max per bucket and query."),
+           (("batch_duration", "ingest"),),
+           "Wall time of each micro-batch (durationMs.triggerExecution), max per bucket."),
     _Panel("Aggregate freshness", "s", "batch − watermark (s)", (("aggregate_freshness", "freshness"),),
-           "How stale the newest closed window is when a batch of the aggregates query runs: "
+           "How stale the newest closed window is when a batch of the ingest query runs: "
            "batch_timestamp − watermark, max per bucket. Never below WATERMARK_DELAY (dashed) while "
            "event times are not in the future."),
 )

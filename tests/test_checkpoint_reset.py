@@ -1,4 +1,4 @@
-"""A reset (or lost) bronze checkpoint does not ingest the log again: a new checkpoint starts at
+"""A reset (or lost) stream checkpoint does not ingest the log again: a new checkpoint starts at
 the Kafka position stamped on bronze's newest stream commit, so bronze stays unique on
 (topic, partition, offset) and nothing produced meanwhile is missed."""
 
@@ -20,20 +20,20 @@ def positions(settings, table):
 
 
 @pytest.mark.slow
-def test_a_new_bronze_checkpoint_resumes_at_bronze_position(instance_env, spark):
+def test_a_new_checkpoint_resumes_at_bronze_position(instance_env, spark):
     settings = instance_env
     ensure_topic(settings)
     end = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
     first, second = (generate(GeneratorConfig(count=200, seed=s, end=end, span=timedelta(minutes=20),
                                               keys=3)).records for s in (1, 2))
     produce(settings, first)
-    stream.run_available_now(spark, settings, stream.BRONZE_QUERY)
+    stream.run_available_now(spark, settings)
     before = positions(settings, "bronze_events") + positions(settings, "quarantined_events")
     assert sum(before.values()) == len(first)
 
-    shutil.rmtree(settings.checkpoint_path(stream.BRONZE_QUERY))  # the checkpoint is lost
+    shutil.rmtree(settings.checkpoint_path(stream.INGEST_QUERY))  # the checkpoint is lost
     produce(settings, second)
-    stream.run_available_now(spark, settings, stream.BRONZE_QUERY)
+    stream.run_available_now(spark, settings)
 
     after = positions(settings, "bronze_events") + positions(settings, "quarantined_events")
     assert max(after.values()) == 1  # no record twice

@@ -86,14 +86,12 @@ def test_progress_and_kafka_offsets_to_metrics(tmp_path):
         progress(1, T0 + timedelta(seconds=20), rows=30, trigger_ms=500,
                  end={"orders": {"0": 110, "1": 30}}),
     ]
-    assert metrics.observe_progress("bronze", reports) == 3
-    assert metrics.observe_progress("bronze", reports) == 0  # already seen: nothing twice
+    assert metrics.observe_progress("ingest", reports) == 3
+    assert metrics.observe_progress("ingest", reports) == 0  # already seen: nothing twice
+    # The watermark is the one stamped on bronze's newest stream commit.
     wm = T0 - timedelta(seconds=5, milliseconds=500)
-    metrics.observe_progress("aggregates", [
-        progress(0, T0 + timedelta(seconds=1), rows=90, trigger_ms=3000,
-                 watermark=datetime(1970, 1, 1, tzinfo=UTC)),  # before the first event
-        progress(1, T0 + timedelta(seconds=21), rows=30, trigger_ms=1000, watermark=wm, dropped=4),
-    ])
+    stream_commit(settings, wm)
+    metrics.poll()
 
     port = free_port()
     assert metrics.start(port=port)
@@ -110,22 +108,33 @@ def test_progress_and_kafka_offsets_to_metrics(tmp_path):
     # Newest closed 1-minute window: [13:58, 13:59) (13:59:54.5 is the watermark) -> 6 min old.
     assert value(samples, "lakehouse_aggregate_freshness_seconds") == 360.0
     # Executed batches only: the idle report is neither a batch nor a success.
-    assert value(samples, "lakehouse_stream_batch_duration_seconds_count", query="bronze") == 2
-    assert value(samples, "lakehouse_stream_batch_duration_seconds_sum", query="bronze") == 2.5
-    assert value(samples, "lakehouse_stream_batch_duration_seconds_bucket", query="bronze", le="0.5") == 1
-    assert value(samples, "lakehouse_stream_input_records_total", query="bronze") == 130
-    assert value(samples, "lakehouse_stream_input_records_total", query="aggregates") == 120
-    assert value(samples, "lakehouse_stream_input_records_per_second", query="bronze") == 3.0
-    assert value(samples, "lakehouse_stream_processed_records_per_second", query="bronze") == 60.0
-    assert value(samples, "lakehouse_stream_rows_dropped_by_watermark_total", query="aggregates") == 4
-    assert value(samples, "lakehouse_stream_last_success_timestamp_seconds", query="bronze") == (
+    assert value(samples, "lakehouse_stream_batch_duration_seconds_count", query="ingest") == 2
+    assert value(samples, "lakehouse_stream_batch_duration_seconds_sum", query="ingest") == 2.5
+    assert value(samples, "lakehouse_stream_batch_duration_seconds_bucket", query="ingest", le="0.5") == 1
+    assert value(samples, "lakehouse_stream_input_records_total", query="ingest") == 130
+    assert value(samples, "lakehouse_stream_input_records_per_second", query="ingest") == 3.0
+    assert value(samples, "lakehouse_stream_processed_records_per_second", query="ingest") == 60.0
+    assert value(samples, "lakehouse_stream_rows_dropped_by_watermark_total", query="ingest") == 0
+    assert value(samples, "lakehouse_stream_last_success_timestamp_seconds", query="ingest") == (
         T0 + timedelta(seconds=20.5)).timestamp()
-    assert value(samples, "lakehouse_stream_last_success_timestamp_seconds", query="aggregates") == (
-        T0 + timedelta(seconds=22)).timestamp()
     # Every reason code is exported from the start (absent series cannot be alerted on).
     assert set(by_label(samples, "lakehouse_quarantined_records_total", "reason").values()) == {0}
     assert set(by_label(samples, "lakehouse_quarantined_records_total", "reason")) == set(REASONS)
     assert value(samples, "lakehouse_metrics_poll_errors_total", source="kafka") == 0
+
+
+def stream_commit(settings: Settings, watermark: datetime) -> None:
+    """A bronze commit as the ingest query stamps it (delta-rs: no Spark)."""
+    from deltalake import CommitProperties, write_deltalake
+
+    from spark_jobs.tables import StreamCommit
+
+    commit = StreamCommit(0, {0: 1}, query="q", batch_id=0,
+                          next_watermark_ms=int(watermark.timestamp() * 1000))
+    write_deltalake(settings.table_path("bronze_events"), pa.table({"event_id": ["a"]}),
+                    mode="append",
+                    commit_properties=CommitProperties(custom_metadata={
+                        "userMetadata": commit.metadata()}))
 
 
 def test_quarantine_and_late_counts_follow_the_delta_log(tmp_path):
@@ -155,6 +164,8 @@ def test_quarantine_and_late_counts_follow_the_delta_log(tmp_path):
     counts = {k: v for k, v in by_label(samples, "lakehouse_quarantined_records_total", "reason").items() if v}
     assert counts == {"invalid_json": 2, "missing_key": 1, "invalid_value": 2}
     assert value(samples, "lakehouse_late_events_total") == 4
+    # Every late event is a row the watermark kept out of the aggregates.
+    assert value(samples, "lakehouse_stream_rows_dropped_by_watermark_total", query="ingest") == 4
     assert value(samples, "lakehouse_metrics_poll_errors_total", source="quarantined_events") == 0
 
 
@@ -216,26 +227,25 @@ def test_service_serves_metrics(instance_env):
               and set(lag) == {"0", "1", "2", "3"} and not any(lag.values())
               and value(m, "lakehouse_stream_watermark_timestamp_seconds")
               == (newest - timedelta(seconds=30)).timestamp()
-              and value(m, "lakehouse_stream_batch_duration_seconds_count", query="aggregates") >= 2,
+              and value(m, "lakehouse_stream_batch_duration_seconds_count", query="ingest") >= 1,
               "lag 0 on the 4 partitions and the watermark")
         m = state["m"]
-        assert value(m, "lakehouse_stream_input_records_total", query="bronze") == len(good) + len(bad)
-        assert value(m, "lakehouse_stream_input_records_total", query="aggregates") == len(good)
+        assert value(m, "lakehouse_stream_input_records_total", query="ingest") == len(good) + len(bad)
         assert 30 < value(m, "lakehouse_stream_watermark_delay_seconds") < 30 + 20 * 60
         assert value(m, "lakehouse_aggregate_freshness_seconds") >= value(
             m, "lakehouse_stream_watermark_delay_seconds")
         assert value(m, "lakehouse_late_events_total") == 0
-        first_success = value(m, "lakehouse_stream_last_success_timestamp_seconds", query="bronze")
+        first_success = value(m, "lakehouse_stream_last_success_timestamp_seconds", query="ingest")
         assert time.time() - 120 < first_success <= time.time()
 
         # Two events far behind the watermark: late, dropped by the fast path and recorded.
         late = [event(100 + i, base - timedelta(minutes=5)) for i in range(2)]
         produce(settings, late + [event(200, newest + timedelta(seconds=5))])
         until(lambda m: value(m, "lakehouse_late_events_total") == 2
-              and value(m, "lakehouse_stream_rows_dropped_by_watermark_total", query="aggregates") == 2,
+              and value(m, "lakehouse_stream_rows_dropped_by_watermark_total", query="ingest") == 2,
               "2 late events, recorded and dropped")
         m = state["m"]
-        assert value(m, "lakehouse_stream_last_success_timestamp_seconds", query="bronze") > first_success
+        assert value(m, "lakehouse_stream_last_success_timestamp_seconds", query="ingest") > first_success
         assert value(m, "lakehouse_metrics_poll_errors_total", source="kafka") == 0
         assert value(m, "lakehouse_metrics_poll_errors_total", source="quarantined_events") == 0
     finally:
@@ -249,29 +259,24 @@ def test_service_serves_metrics(instance_env):
         scrape(port)
     stopped_at, before = time.time(), state["m"]
 
-    # A restart with nothing new to read runs no batch: the last success time, the position and
-    # the watermark come from the checkpoints; the counters start again from 0.
+    # A restart with nothing new to read runs no batch: the last success time and the position
+    # come from the checkpoint, the watermark from bronze's log; the counters start from 0.
     svc = start_service(env)
     try:
-        # The watermark is the checkpoint's: the newest event time (event 200) minus the delay,
-        # which may be ahead of the last one scraped before the stop (a progress report gives
-        # the watermark its batch ran with, not the one it computed for the next).
+        # The newest event time (event 200) minus the delay.
         watermark = (newest + timedelta(seconds=5) - timedelta(seconds=30)).timestamp()
-        until(lambda m: value(m, "lakehouse_stream_last_success_timestamp_seconds", query="aggregates")
+        until(lambda m: value(m, "lakehouse_stream_last_success_timestamp_seconds", query="ingest")
               and by_label(m, "lakehouse_kafka_consumer_lag_records", "partition")
               and value(m, "lakehouse_stream_watermark_timestamp_seconds") == watermark,
               "metrics of the restarted service")
         m = state["m"]
-        # (The aggregation may still run the no-data batch that evicts state after the last
-        # watermark move, so only bronze is sure to run nothing.)
-        last = value(m, "lakehouse_stream_last_success_timestamp_seconds", query="bronze")
+        last = value(m, "lakehouse_stream_last_success_timestamp_seconds", query="ingest")
         assert first_success <= last <= stopped_at
-        assert value(m, "lakehouse_stream_last_success_timestamp_seconds", query="aggregates") >= first_success
         assert by_label(m, "lakehouse_kafka_consumer_lag_records", "partition") == {
             "0": 0, "1": 0, "2": 0, "3": 0}
         assert value(before, "lakehouse_stream_watermark_timestamp_seconds") <= watermark
         assert value(m, "lakehouse_late_events_total") == 0
-        assert value(m, "lakehouse_stream_batch_duration_seconds_count", query="bronze") == 0
+        assert value(m, "lakehouse_stream_batch_duration_seconds_count", query="ingest") == 0
     finally:
         if svc.poll() is None:
             svc.send_signal(signal.SIGTERM)

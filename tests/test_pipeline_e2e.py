@@ -73,8 +73,8 @@ def test_late_lane_is_exactly_the_set_the_fast_path_dropped(scenario):
     late = read(settings, "late_events")
     assert Counter(late["event_id"].to_pylist()) == Counter(r.event_id for r in expected.late)
     progress = read(settings, "stream_progress").to_pylist()
-    dropped = sum(p["rows_dropped_by_watermark"] for p in progress if p["query"] == "aggregates")
-    assert dropped == late.num_rows  # Spark's own count agrees with the lane
+    dropped = sum(p["rows_dropped_by_watermark"] for p in progress if p["query"] == "ingest")
+    assert dropped == late.num_rows  # the batches' own counts agree with the lane
 
 
 def test_streaming_aggregates_equal_expected_minus_late_for_closed_windows(scenario):
@@ -169,7 +169,7 @@ def test_timeline_report_shows_the_scenario_on_one_time_axis(scenario):
                                   html, re.S).group(1))
     drawn = {t.get("meta"): t for t in figure["data"]}
     for name in ("lateness_p50", "lateness_p99", "lateness_max", "watermark", "consumer_lag",
-                 "batch_duration_bronze", "batch_duration_aggregates", "aggregate_freshness"):
+                 "batch_duration", "aggregate_freshness"):
         assert series[name]["points"], name
         assert len(drawn[name]["x"]) == len(series[name]["points"]), name  # plotted, every point
     assert max(v for _, v in series["lateness_max"]["points"]) > 3600  # hours-late events

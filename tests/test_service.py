@@ -4,7 +4,6 @@ Dagster-style catch-up continues on the same checkpoint."""
 
 import os
 import signal
-import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -14,7 +13,14 @@ from reference import aggregate, dedup, rows_of
 from lakehouse.generator import GeneratorConfig, generate, produce
 from lakehouse.table_reads import read
 from spark_jobs import stream
-from spark_jobs.faults import in_flight, kill_in_flight, start_service, wait_for  # noqa: F401
+from spark_jobs.faults import (  # noqa: F401
+    in_flight,
+    kill_in_flight,
+    kill_inside_batch,
+    next_batch,
+    start_service,
+    wait_for,
+)
 from spark_jobs.lock import CheckpointBusy
 
 
@@ -40,10 +46,10 @@ def test_crash_restart_lock_and_clean_stop(instance_env, spark):
     try:
         wait_for(lambda: bronze_rows(settings) > 0, svc, what="first bronze batch")
         with pytest.raises(CheckpointBusy, match="in use"):
-            stream.run_available_now(spark, settings, stream.BRONZE_QUERY)
+            stream.run_available_now(spark, settings)
         produce(settings, chunks[1])
-        # Crash 1: a bronze batch in flight (offsets/N written, commits/N not yet).
-        kill_in_flight(svc, settings.checkpoint_path(stream.BRONZE_QUERY), min_batch=1)
+        # Crash 1: a batch in flight (offsets/N written, commits/N not yet).
+        kill_in_flight(svc, settings.checkpoint_path(stream.INGEST_QUERY), min_batch=1)
     finally:
         if svc.poll() is None:
             svc.kill()
@@ -53,8 +59,9 @@ def test_crash_restart_lock_and_clean_stop(instance_env, spark):
     try:
         wait_for(lambda: bronze_rows(settings) > 900, svc, what="progress after restart")
         produce(settings, chunks[2])
-        # Crash 2: an aggregation batch in flight, after a restart.
-        kill_in_flight(svc, settings.checkpoint_path(stream.AGG_QUERY), min_batch=1)
+        # Crash 2: inside a batch, after its bronze commit and before its aggregates MERGE.
+        kill_inside_batch(svc, settings, "bronze_before_aggregates",
+                          next_batch(settings.checkpoint_path(stream.INGEST_QUERY)))
     finally:
         if svc.poll() is None:
             svc.kill()
@@ -64,13 +71,13 @@ def test_crash_restart_lock_and_clean_stop(instance_env, spark):
     svc = start_service({**env, "MAX_OFFSETS_PER_TRIGGER": "10000"})
     valid = sum(1 for r in records if r.kind in ("event", "late", "duplicate", "late_duplicate"))
     wait_for(lambda: bronze_rows(settings) >= valid, svc, what="all records in bronze")
-    time.sleep(6)  # let the aggregation query see the last bronze versions
     svc.send_signal(signal.SIGTERM)
     out, _ = svc.communicate(timeout=120)
     assert svc.returncode == 0, out[-3000:]
     assert "stopped cleanly" in out
 
-    # The same checkpoints serve a Dagster-style catch-up afterwards (lock released).
+    # The same checkpoint serves a Dagster-style catch-up afterwards (lock released): it finishes
+    # a batch the stop interrupted.
     stream.catch_up(spark, settings)
 
     bronze = read(settings, "bronze_events")
@@ -102,5 +109,5 @@ def test_crash_restart_lock_and_clean_stop(instance_env, spark):
            for r in read(settings, "streaming_aggregates").to_pylist()}
     assert got == want
     progress = read(settings, "stream_progress").to_pylist()
-    assert {p["query"] for p in progress} == {"bronze", "aggregates"}
+    assert {p["query"] for p in progress} == {"ingest"}
     assert read(settings, "late_events").num_rows > 0

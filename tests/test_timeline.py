@@ -71,8 +71,7 @@ def sample() -> TimelineData:
         Series("lateness_max", ((t[0], 30.0), (t[1], 95.5), (t[2], 12.0))),
         Series("watermark", ((t[1], BASE - s(30)), (t[2], BASE + s(20)))),
         Series("consumer_lag", ((t[0], 1200), (t[1], 300), (t[2], 0), (t[3], 5))),
-        Series("batch_duration_bronze", ((t[0], 2.5), (t[1], 1.25))),
-        Series("batch_duration_aggregates", ((t[1], 4.0),)),
+        Series("batch_duration", ((t[0], 2.5), (t[1], 1.25))),
         Series("aggregate_freshness", ((t[1], 90.0), (t[2], 100.0))),
     )
     return TimelineData(
@@ -105,8 +104,8 @@ def test_every_series_is_drawn_with_its_values():
     assert drawn[WHAT_IF]["x"] == [0.5, 1.5, 2.5] and drawn[WHAT_IF]["y"] == [48, 8, 1]
     layout = json_block(page, "timeline-figure")["layout"]
     titles = [a["text"] for a in layout["annotations"]]
-    for title in ("Event time vs broker append time", "Watermark progress (aggregates query)",
-                  "Consumer lag (bronze query)", "Batch duration", "Aggregate freshness",
+    for title in ("Event time vs broker append time", "Watermark progress",
+                  "Consumer lag", "Batch duration", "Aggregate freshness",
                   "Lateness histogram and what-if WATERMARK_DELAY"):
         assert title in titles
     assert "configured WATERMARK_DELAY 30 s" in titles and "WATERMARK_DELAY 30 s" in titles
@@ -190,12 +189,9 @@ BRONZE_ROWS = [
 ]
 # (query, batch_id, batch offset s, watermark offset s or None, trigger_ms, kafka_lag)
 PROGRESS_ROWS = [
-    ("bronze", 0, 10, None, 2000, 100),
-    ("bronze", 1, 20, None, 1000, 40),
-    ("bronze", 2, 30, None, 500, None),
-    ("aggregates", 0, 12, "epoch", 3000, None),  # watermark 0 before the first event
-    ("aggregates", 1, 22, -30, 1200, None),
-    ("aggregates", 2, 32, -25, 800, None),
+    ("ingest", 0, 12, "epoch", 2000, 100),  # watermark 0 before the first event
+    ("ingest", 1, 22, -30, 1000, 40),
+    ("ingest", 2, 32, -25, 500, None),
 ]
 
 
@@ -263,10 +259,9 @@ def test_write_timeline_on_hand_made_tables(spark, lakehouse):
 
     # Span 12:00:00-12:00:32 -> 1 s buckets, so each batch is its own point.
     assert (body["bucket_seconds"], body["start"], body["end"]) == (1.0, iso(0), iso(33))
-    assert series["consumer_lag"] == [[iso(10), 100], [iso(20), 40]]  # null lag skipped
+    assert series["consumer_lag"] == [[iso(12), 100], [iso(22), 40]]  # null lag skipped
     assert drawn["consumer_lag"]["y"] == [100, 40] and drawn["watermark"]["y"][0] == "2025-01-01 11:59:30.000000"
-    assert series["batch_duration_bronze"] == [[iso(10), 2.0], [iso(20), 1.0], [iso(30), 0.5]]
-    assert series["batch_duration_aggregates"] == [[iso(12), 3.0], [iso(22), 1.2], [iso(32), 0.8]]
+    assert series["batch_duration"] == [[iso(12), 2.0], [iso(22), 1.0], [iso(32), 0.5]]
     assert series["watermark"] == [[iso(22), iso(-30)], [iso(32), iso(-25)]]  # epoch-0 watermark dropped
     assert series["aggregate_freshness"] == [[iso(22), 52.0], [iso(32), 57.0]]
 

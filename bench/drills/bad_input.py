@@ -161,7 +161,7 @@ def timed_bronze_catch_up(ctx: Context, settings) -> float:
     from spark_jobs import stream
 
     t0 = time.perf_counter()
-    stream.run_available_now(ctx.spark(), settings, stream.BRONZE_QUERY)
+    stream.run_available_now(ctx.spark(), settings)
     return time.perf_counter() - t0
 
 

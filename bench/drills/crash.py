@@ -2,10 +2,11 @@
 each at a point read from the pipeline's durable state, a restart after each; then the proof.
 
 Kill points (seeded order):
-- `bronze_in_flight`: the bronze query's `offsets/N` is written, `commits/N` is not;
-- `aggregates_in_flight`: the same for the aggregation query;
-- `bronze_before_quarantine`: inside the bronze foreachBatch, after the bronze append of batch
-  N (a bronze commit with txnVersion N) and before its quarantine append;
+- `ingest_in_flight`: the ingest query's `offsets/N` is written, `commits/N` is not;
+- inside the ingest foreachBatch of batch N, between two of its commits
+  (`faults.INGEST_KILL_POINTS`): `quarantine_before_bronze` (quarantine appended, bronze not),
+  `bronze_before_aggregates` (bronze appended, the aggregates MERGE not committed),
+  `aggregates_before_checkpoint` (the MERGE committed, Spark's `commits/N` not);
 - `corrections@<hook>`: a corrections run of a date (`python -m spark_jobs.faults
   corrections`), killed when a MERGE has written files it has not committed
   (`merge_files_written`), when the changelog is committed and gold is not
@@ -43,7 +44,7 @@ from bench.drills.common import (
 from spark_jobs import faults
 
 NAME = "crash_anywhere"
-SERVICE_POINTS = ("bronze_in_flight", "aggregates_in_flight", "bronze_before_quarantine")
+SERVICE_POINTS = ("ingest_in_flight", *faults.INGEST_KILL_POINTS)
 KILLS = 10
 
 
@@ -92,8 +93,7 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
 
     with instance(ctx, "crash") as settings:
         env = service_env()
-        bronze_ckpt = settings.checkpoint_path(stream.BRONZE_QUERY)
-        agg_ckpt = settings.checkpoint_path(stream.AGG_QUERY)
+        ingest_ckpt = settings.checkpoint_path(stream.INGEST_QUERY)
 
         def produce_next() -> None:
             nonlocal produced
@@ -103,20 +103,19 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
 
         def service_kill(point: str) -> dict:
             produce_next()
-            ckpt = agg_ckpt if point == "aggregates_in_flight" else bronze_ckpt
-            min_batch = faults.next_batch(ckpt)
+            min_batch = faults.next_batch(ingest_ckpt)
             svc = faults.start_service(env, folder / f"service-{len(killed)}.log")
             result.runs += 1
             t0 = time.monotonic()
             try:
-                if point == "bronze_before_quarantine":
-                    batch, landed = faults.kill_between_bronze_and_quarantine(
-                        svc, settings, min_batch, timeout=600)
-                    where = ("bronze appended, quarantine not" if landed else
-                             "both appended (quarantine committed as the signal was sent), "
+                if point in faults.INGEST_KILL_POINTS:
+                    batch, landed = faults.kill_inside_batch(svc, settings, point, min_batch,
+                                                             timeout=600)
+                    where = (f"{point.replace('_', ' ')}" if landed else
+                             f"past {point} (the next commit landed as the signal was sent), "
                              "batch not committed")
                 else:
-                    batch = faults.kill_in_flight(svc, ckpt, min_batch, timeout=600)
+                    batch = faults.kill_in_flight(svc, ingest_ckpt, min_batch, timeout=600)
                     where = f"offsets/{batch} written, commits/{batch} not"
             finally:
                 if svc.poll() is None:
@@ -181,7 +180,7 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
                 faults.crash(svc)
         if not clean:
             raise DrillFailed(f"service did not stop cleanly on SIGTERM: {faults.output(svc)}")
-        stream.catch_up(ctx.spark(), settings)  # same checkpoints: the aggregates finish
+        stream.catch_up(ctx.spark(), settings)  # same checkpoint: a catch-up finds nothing new
         result.runs += 1
 
         landing = check_landing(settings)

@@ -125,7 +125,7 @@ def _correct(spark: SparkSession, settings: Settings, d: date, run_id: str, repr
                 publish(spark, settings, d, recomputed, scope, run_id, result,
                         cause="reprocess" if reprocess else None)
         else:
-            result.watermark = stream_watermark(spark, settings)
+            result.watermark = stream_watermark(settings)
     finally:
         (scope if scope is not None else recomputed).unpersist()
     with result.timed("state"):

@@ -42,7 +42,7 @@ def publish(
     late events; `duplicate` when it lost events without any (another copy of an event id now
     comes first); else `reprocess` (a recompute not explained by new data, such as the repair of
     a change made outside the pipeline). `cause` forces one (a reprocess run)."""
-    result.watermark = stream_watermark(spark, settings)
+    result.watermark = stream_watermark(settings)
     wm = F.lit(result.watermark) if result.watermark else F.lit(None).cast("timestamp")
     now = datetime.now(UTC)
     gold = read_table(spark, settings, RECONCILED).where(F.col("event_date") == F.lit(d))
