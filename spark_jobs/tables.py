@@ -306,18 +306,11 @@ class LogPosition:
 def bronze_position(spark: SparkSession, settings: Settings,
                     version: int | None = None) -> LogPosition | None:
     """The position of bronze at `version` (default: its newest): the offsets stamped on the
-    newest stream commit at or below it (a commit made outside the stream, such as a manual fix,
-    moves no offset). None when no such commit is found among the 100 before it (tables from
-    older releases), or bronze does not exist yet."""
-    log = delta_log.open_table(settings, BRONZE.name)
-    if log is None:
+    newest stream commit at or below it, however far back (a commit made outside the stream,
+    such as a manual fix or a compaction, moves no offset). None when bronze does not exist yet
+    or holds no stream commit."""
+    found = newest_stream_commit(settings, version)
+    if found is None:
         return None
-    current = log.version()
-    version = current if version is None else version
-    for commit in log.history(current - version + 100):
-        meta = commit.get("userMetadata") or ""
-        if commit["version"] <= version and meta.startswith(BRONZE_POSITION_TAG):
-            offsets = json.loads(meta[len(BRONZE_POSITION_TAG):])
-            return LogPosition(version, {int(p): int(o) for p, o in offsets.items()},
-                               datetime.fromtimestamp(commit["timestamp"] / 1000, tz=UTC))
-    return None
+    at = delta_log.version(settings, BRONZE.name) if version is None else version
+    return LogPosition(at, found.end_offsets, found.committed_at)

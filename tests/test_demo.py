@@ -81,7 +81,7 @@ def test_failed_step_prints_its_error_and_where_to_read_the_logs(tmp_path, kafka
     assert [(job, status) for job, status, _ in failed] == [("stream_catch_up", "FAILED")]
     run_id = failed[0][2]
     error = next(line for line in lines if line.startswith("    error: "))
-    assert error.startswith("    error: step bronze_events: PySparkRuntimeError: ")
+    assert error.startswith("    error: step ingest: PySparkRuntimeError: ")
     assert "JAVA_GATEWAY_EXITED" in error
     logs = next(line for line in lines if line.startswith("    logs: "))
     assert "make ui" in logs and f"/runs/{run_id}" in logs and str(home / "demo.log") in logs

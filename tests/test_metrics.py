@@ -242,8 +242,10 @@ def test_service_serves_metrics(instance_env):
         late = [event(100 + i, base - timedelta(minutes=5)) for i in range(2)]
         produce(settings, late + [event(200, newest + timedelta(seconds=5))])
         until(lambda m: value(m, "lakehouse_late_events_total") == 2
-              and value(m, "lakehouse_stream_rows_dropped_by_watermark_total", query="ingest") == 2,
-              "2 late events, recorded and dropped")
+              and value(m, "lakehouse_stream_rows_dropped_by_watermark_total", query="ingest") == 2
+              and value(m, "lakehouse_stream_last_success_timestamp_seconds", query="ingest")
+              > first_success,
+              "2 late events, recorded and dropped, by a new batch")
         m = state["m"]
         assert value(m, "lakehouse_stream_last_success_timestamp_seconds", query="ingest") > first_success
         assert value(m, "lakehouse_metrics_poll_errors_total", source="kafka") == 0
