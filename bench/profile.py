@@ -1,7 +1,8 @@
-"""`make profile`: where a stream catch-up's time goes. Runs the bronze and aggregation
-catch-ups on freshly produced events with the Spark UI on, then reads Spark's own REST API
-(the UI's data) for the jobs each catch-up ran, grouped by what started them, and counts the
-Delta commits each table received. Written to bench/results/profile-<date>.json."""
+"""`make profile`: where an ingest batch's time goes, at 50k, 270k and 2M records
+(PROFILE_SIZES). Runs a catch-up with the Spark UI on, then reads Spark's own REST API (the UI's
+data) for the jobs it ran, grouped by the step that started them (`ingest:<step>` job
+descriptions, Delta's own names), and counts the Delta commits each table received; then the
+fixed cost of a one-record catch-up. Written to bench/results/profile-<date>.json."""
 
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ def _jobs(spark) -> list[dict]:
 def _what(job: dict) -> str:
     """Delta names its own jobs in the description; Python actions by their call site."""
     description = (job.get("description") or "").split("\n")[0]
-    if description.lower().startswith("delta"):
-        return description[:100]
+    if description.lower().startswith(("delta", "ingest:")):
+        return description.split(" - ")[0][:100]
     return job.get("name", "?")[:100]
 
 
@@ -49,12 +50,12 @@ def _versions(settings: Settings) -> dict[str, int]:
     return {name: delta_log.version(settings, name) for name in TABLES}
 
 
-def profile(spark, settings: Settings, query: str) -> dict:
+def profile(spark, settings: Settings) -> dict:
     from spark_jobs import stream
 
     before, versions = {j["jobId"] for j in _jobs(spark)}, _versions(settings)
     t0 = time.perf_counter()
-    progresses = stream.run_available_now(spark, settings, query)
+    progresses = stream.run_available_now(spark, settings)
     wall = time.perf_counter() - t0
     jobs = [j for j in _jobs(spark) if j["jobId"] not in before and j.get("completionTime")]
     groups: dict[str, list[float]] = defaultdict(list)
@@ -75,33 +76,49 @@ def profile(spark, settings: Settings, query: str) -> dict:
     }
 
 
-def main() -> int:
-    count = int(os.environ.get("PROFILE_EVENTS", "200000"))
-    batches = int(os.environ.get("PROFILE_BATCHES", "4"))
-    root = f"/tmp/lakehouse-profile-{uuid.uuid4().hex[:6]}"
-    os.environ.update({"LAKEHOUSE_ROOT": root, "EVENTS_TOPIC": f"profile-{uuid.uuid4().hex[:8]}",
-                       "SPARK_UI": "true",
-                       "MAX_OFFSETS_PER_TRIGGER": str(count // batches + 1)})
-    settings = Settings.from_env()
+def produce_events(settings: Settings, count: int, seed: int) -> None:
     now = datetime.now(UTC).replace(microsecond=0)
-    records = generate(GeneratorConfig(count=count, seed=3, end=now - timedelta(minutes=5),
-                                       span=timedelta(hours=6), keys=500)).records
-    produce(settings, records)
+    produce(settings, generate(GeneratorConfig(
+        count=count, seed=seed, end=now - timedelta(minutes=1), span=timedelta(minutes=30),
+        keys=max(50, count // 200))).records)
 
+
+def main() -> int:
+    """Per size: a lakehouse with a first small batch (so the measured batch takes the steady
+    path: dedup against bronze, the MERGE), then one batch of `size` records profiled; then the
+    fixed cost of a one-record batch, warm (median of 3)."""
+    from spark_jobs import stream
     from spark_jobs.session import get_spark
 
-    spark = get_spark(settings)
+    sizes = [int(x) for x in os.environ.get("PROFILE_SIZES", "50000,270000,2000000").split(",")]
     result = {"date": datetime.now(UTC).isoformat(timespec="seconds"),
-              "machine": f"{os.cpu_count()} cores", "events": count, "batches_asked": batches,
-              "bronze": profile(spark, settings, "bronze"),
-              "aggregates": profile(spark, settings, "aggregates")}
-    write_result("profile", result)
-    for phase in ("bronze", "aggregates"):
-        r = result[phase]
-        print(f"{phase}: {r['wall_s']} s wall, {r['batches']} batches, {r['spark_jobs']} Spark "
-              f"jobs ({r['spark_job_seconds']} s), commits {r['delta_commits']}")
-        for g in r["jobs_by_origin"][:12]:
+              "machine": f"{os.cpu_count()} cores", "sizes": {}}
+    spark = None
+    for size in sizes:
+        os.environ.update({
+            "LAKEHOUSE_ROOT": f"/tmp/lakehouse-profile-{uuid.uuid4().hex[:6]}",
+            "EVENTS_TOPIC": f"profile-{uuid.uuid4().hex[:8]}", "SPARK_UI": "true",
+            "MAX_OFFSETS_PER_TRIGGER": str(size + 10_000)})
+        settings = Settings.from_env()
+        spark = spark or get_spark(settings)
+        produce_events(settings, 2_000, seed=1)
+        stream.catch_up(spark, settings)
+        produce_events(settings, size, seed=2)
+        batch = profile(spark, settings)
+        one = []
+        for i in range(4):
+            produce_events(settings, 1, seed=10 + i)
+            t0 = time.perf_counter()
+            stream.catch_up(spark, settings)
+            one.append(time.perf_counter() - t0)
+        batch["one_record_catch_up_s"] = round(sorted(one[1:])[1], 2)  # first run: warm-up
+        result["sizes"][str(size)] = batch
+        print(f"{size} records: {batch['wall_s']} s wall, {batch['batches']} batch(es), "
+              f"{batch['spark_jobs']} Spark jobs ({batch['spark_job_seconds']} s), commits "
+              f"{batch['delta_commits']}; a one-record catch-up {batch['one_record_catch_up_s']} s")
+        for g in batch["jobs_by_origin"][:10]:
             print(f"  {g['seconds']:8.2f} s  {g['jobs']:4d} jobs  {g['origin']}")
+    write_result("profile", result)
     return 0
 
 

@@ -1,21 +1,19 @@
-"""`make bench`: throughput of each stage on this machine, written to bench/results/.
+"""`make bench-stages`: throughput of each stage on this machine, written to bench/results/
+(`stages-<date>.json`; the ratios against hand-written jobs are `bench/ratios.py`).
 
 One run measures, on the same generated data and one warm SparkSession:
 - the raw limit: a confluent-kafka consumer and Kafka's ConsumerPerformance on the topic
   (`bench/raw_consume.py`);
 - parse: `classify` (exact values, all reason codes) vs. a bare `from_json` baseline (ratio);
-- bronze: Kafka -> bronze/quarantine catch-up (availableNow), records/s;
-- aggregates: bronze -> windows + late lane catch-up, rows/s;
+- the stream catch-up (availableNow, the one-pass ingest), records/s;
 - corrections on two dates of different sizes (a small one and one 8x larger): the first
   (whole-date) run vs. an incremental run after the same few late events. The whole-date cost
   grows with the date; the incremental cost should follow the windows touched, so its ratio
   between the two dates stays near 1;
 - replay of the large date;
-- the same topic through the jobs a user would write by hand (`bench/handwritten.py`): the
-  stream catch-up (bronze + aggregates) and the replay as ratios of their throughput;
 - the run metadata of an idle catch-up (nothing new) on this lakehouse vs. on a fresh one: it
   comes from the Delta log and the run's own rows, so the ratio should stay near 1;
-- at scale (`at_scale`, history written by `bench/history.py`): a whole empty catch-up on a
+- at scale (BENCH_AT_SCALE=1; history written by `bench/history.py`): an empty catch-up on a
   fresh lakehouse vs. this one plus 20M bronze rows, and corrections on a 5M-event date.
 Compare the ratios within one run, not absolute numbers across machines or runs.
 """
@@ -186,8 +184,7 @@ def main() -> int:
     # The tables exist before the clock starts (creating ten tables is a one-time ~8 s that a
     # catch-up on a running lakehouse never pays; the hand-written job creates one).
     ensure_tables(spark, settings)
-    _, bronze_s = timed(lambda: stream.run_available_now(spark, settings, stream.BRONZE_QUERY))
-    _, agg_s = timed(lambda: stream.run_available_now(spark, settings, stream.AGG_QUERY))
+    _, ingest_s = timed(lambda: stream.run_available_now(spark, settings))
     dates = {"small": day_at(2, 0).date(), "large": day_at(1, 0).date()}
     warm_up = day_at(3, 0).date()
     full, incremental = {}, {}
@@ -197,22 +194,13 @@ def main() -> int:
     # The same few late events for each date, then one incremental run per date.
     produce(settings, late_events_for(3, seed=6) + late_events_for(2, seed=3)
             + late_events_for(1, seed=4))
-    stream.run_available_now(spark, settings, stream.BRONZE_QUERY)
-    stream.run_available_now(spark, settings, stream.AGG_QUERY)
+    stream.run_available_now(spark, settings)
     run_corrections(spark, settings, warm_up, run_id="bench-warm-up")
     for name, d in dates.items():
         incremental[name] = timed(lambda d=d: run_corrections(spark, settings, d, run_id="bench-incr"))
     _, replay_s = timed(lambda: run_replay(spark, settings, dates["large"]))
     metadata_s = idle_run_metadata_seconds(spark, settings)
-    from bench import handwritten
-
-    _, hand_stream_s = timed(lambda: handwritten.streaming_job(
-        spark, settings, f"{root}/handwritten/windows", f"{root}/handwritten/checkpoint",
-        max_offsets=total + 1000))
-    _, hand_batch_s = timed(lambda: handwritten.batch_job(
-        spark, settings, f"{root}/handwritten/replay", dates["large"]))
-
-    scale = at_scale(spark, settings)
+    scale = at_scale(spark, settings) if os.environ.get("BENCH_AT_SCALE") == "1" else None
 
     def corrections(runs: dict) -> dict:
         return {name: {"seconds": round(s, 1), "mode": r.mode,
@@ -228,14 +216,12 @@ def main() -> int:
         "events_large_date": count,
         "produce_records_per_s": round(total / produce_s),
         "raw_consume": raw_limit,
-        "stream_vs_raw_consume": round(total / (bronze_s + agg_s)
+        "stream_vs_raw_consume": round(total / ingest_s
                                        / raw_limit["confluent_kafka_records_per_s"], 3),
         "parse_rows_per_s": round(total / parse_s),
         "from_json_baseline_rows_per_s": round(total / baseline_s),
         "parse_cost_vs_baseline": round(parse_s / baseline_s, 2),
-        "bronze_catch_up_records_per_s": round(total / bronze_s),
-        "aggregates_catch_up_rows_per_s": round(total / agg_s),
-        "stream_end_to_end_records_per_s": round(total / (bronze_s + agg_s)),
+        "stream_catch_up_records_per_s": round(total / ingest_s),
         "corrections_full": corrections(full),
         "corrections_incremental": corrections(incremental),
         "corrections_full_large_vs_small": round(full["large"][1] / full["small"][1], 2),
@@ -244,16 +230,12 @@ def main() -> int:
         "corrections_incremental_vs_full_large": round(
             incremental["large"][1] / full["large"][1], 2),
         "replay_large_date_s": round(replay_s, 1),
-        "handwritten_stream_records_per_s": round(total / hand_stream_s),
-        "stream_vs_handwritten": round(hand_stream_s / (bronze_s + agg_s), 2),
-        "handwritten_batch_large_date_s": round(hand_batch_s, 1),
-        "replay_vs_handwritten": round(hand_batch_s / replay_s, 2),
         "idle_run_metadata_s": metadata_s,
         "idle_run_metadata_history_vs_fresh": round(metadata_s["history"] / metadata_s["fresh"], 2),
         "at_scale": scale,
     }
     print(json.dumps(result, indent=2))
-    write_result("bench", result)
+    write_result("stages", result)
     return 0
 
 

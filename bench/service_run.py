@@ -3,13 +3,13 @@ fixed rate for BENCH_SERVICE_SECONDS (600), on a fresh lakehouse and topic.
 
 Measured, written to bench/results/service-<rate>-<date>.json:
 - sustained rate: records produced vs. records in bronze, and the Kafka lag over time (the
-  bronze query's `kafka_lag` in stream_progress) minute 2 vs. the last minute;
+  ingest query's `kafka_lag` in stream_progress) minute 2 vs. the last minute;
 - freshness: once a second the producer sends a probe event with a key of its own; the bench
   polls the Delta log of `streaming_aggregates` (delta-rs, every 0.2 s) and takes the commit
   time of the first version holding the probe's window, minus the time it was produced
   (p50/p95/p99/max; probes never seen are counted);
-- driver RSS (the service's Python process and its JVM, from /proc) and the aggregation
-  state (rows, bytes, from stream_progress): minute 2 vs. the last minute.
+- driver RSS (the service's Python process and its JVM, from /proc): minute 2 vs. the last
+  minute (the one-pass ingest keeps no Spark state store).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from bench import write_result
 from lakehouse.delta_log import open_table
 from lakehouse.kafka_admin import ensure_topic
 from lakehouse.settings import Settings
+from lakehouse.table_reads import read
 
 KEYS = 1000
 
@@ -146,7 +147,7 @@ def main() -> int:
         if table is not None and table.version() != version:
             version = table.version()
             committed = table.history(1)[0]["timestamp"] / 1000
-            keys = table.to_pyarrow_dataset().to_table(columns=["key"])["key"]
+            keys = read(settings, "streaming_aggregates")["key"]
             for key in pc.filter(keys, pc.starts_with(keys, "probe-")).to_pylist():
                 seen.setdefault(key, committed)
         if drain_deadline and (set(sent) <= set(seen) or now > drain_deadline):
@@ -159,8 +160,7 @@ def main() -> int:
     svc.wait(120)
 
     progress = open_table(settings, "stream_progress").to_pyarrow_table().to_pylist()
-    bronze = [r for r in progress if r["query"] == "bronze"]
-    aggregates = [r for r in progress if r["query"] == "aggregates"]
+    batches = [r for r in progress if r["query"] == "ingest"]
     last = (max(1, seconds // 60 - 1), seconds // 60)
     freshness = [seen[p] - sent[p] for p in sent if p in seen]
     produced = done[1] if done else None
@@ -174,23 +174,24 @@ def main() -> int:
         "produced_per_s": round(produced / done[2]) if done else None,
         "ingested_in_bronze": ingested,
         "ingested_per_s_while_producing": round(
-            sum(r["input_rows"] or 0 for r in bronze
+            sum(r["input_rows"] or 0 for r in batches
                 if r["batch_timestamp"].timestamp() - t0 < seconds) / seconds),
-        "kafka_lag_minute_2": window_means(bronze, "kafka_lag", t0, (1, 2)),
-        "kafka_lag_last_minute": window_means(bronze, "kafka_lag", t0, last),
+        "kafka_lag_minute_2": window_means(batches, "kafka_lag", t0, (1, 2)),
+        "kafka_lag_last_minute": window_means(batches, "kafka_lag", t0, last),
         "freshness_s": {"probes": len(sent), "seen": len(freshness),
                         "p50": percentile(freshness, 0.5), "p95": percentile(freshness, 0.95),
                         "p99": percentile(freshness, 0.99), "max": percentile(freshness, 1.0)},
-        "batches": {"bronze": len(bronze), "aggregates": len(aggregates)},
-        "batch_duration_s_p50": {
-            q: percentile([r["trigger_ms"] / 1000 for r in rows if r["trigger_ms"] is not None], 0.5)
-            for q, rows in (("bronze", bronze), ("aggregates", aggregates))},
+        "batches": len(batches),
+        "batch_duration_s": {
+            q: percentile([r["trigger_ms"] / 1000 for r in batches if r["trigger_ms"] is not None], p)
+            for q, p in (("p50", 0.5), ("p95", 0.95))},
+        "batch_rows_p50": percentile([r["input_rows"] for r in batches], 0.5),
         "driver_rss_mb": {"minute_2": percentile(rss_minute[(1, 2)], 0.5),
                           "last_minute": percentile(rss_minute[last], 0.5)},
-        "state_rows": {"minute_2": window_means(aggregates, "state_rows", t0, (1, 2)),
-                       "last_minute": window_means(aggregates, "state_rows", t0, last)},
-        "state_memory_bytes": {"minute_2": window_means(aggregates, "state_memory_bytes", t0, (1, 2)),
-                               "last_minute": window_means(aggregates, "state_memory_bytes", t0, last)},
+        # No Spark state store any more: the dedup looks up bronze above the watermark. What
+        # grows with time is the table files: streaming_aggregates' files and deletion vectors.
+        "streaming_aggregates_files": {"end": len(open_table(settings, "streaming_aggregates")
+                                                  .file_uris())},
     }
     print(result)
     write_result(f"service-{rate}", result)

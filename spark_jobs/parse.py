@@ -191,15 +191,23 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
         .when(before_start, "event_time_before_start")
     )
     event_time = counted_time
-    return df.select(
+    df = df.select(
         *[c for c in VALID_COLUMNS if c not in ("event_time", "event_date", "record_key")],
         event_time.alias("event_time"),
         F.to_date(event_time).alias("event_date"),
         F.col("_raw_key").cast("string").alias("record_key"),
         reason.alias("reason"),
-        # Kept for the quarantine projection, which runs only on rejected rows.
-        "_raw_key", "_raw_value", "value_bytes", "_time_text", "_value_text", "_exact18", "_id_type", "_key_type",
+        "value_bytes", *QUARANTINE_ONLY,
     )
+    # What only the quarantine projection reads is kept for rejected rows only: a cached
+    # classification then holds no second copy of every valid payload.
+    rejected = F.col("reason").isNotNull()
+    return df.select(*[F.when(rejected, F.col(c)).alias(c) if c in QUARANTINE_ONLY else c
+                       for c in df.columns])
+
+
+QUARANTINE_ONLY = ("_raw_key", "_raw_value", "_time_text", "_value_text", "_exact18", "_id_type",
+                   "_key_type")
 
 
 def _literal_too_precise(text: Column, v: Column) -> Column:

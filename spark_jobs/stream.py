@@ -123,6 +123,9 @@ def kafka_source(spark: SparkSession, settings: Settings, start: str = "earliest
         # Records deleted by retention before the stream read them fail the query loudly.
         .option("failOnDataLoss", "true")
         .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
+        # The consumer asks for more than a batch's range at its end; the broker would hold
+        # that fetch for its default 500 ms each time (most of a small batch's read).
+        .option("kafka.fetch.max.wait.ms", "20")
         .load()
     )
 
@@ -201,6 +204,24 @@ def _bronze_commit_of(settings: Settings, query: str, batch_id: int) -> StreamCo
     return None
 
 
+def _dates_between(first: date | None, last: date | None) -> list[date]:
+    if first is None or last is None:
+        return []
+    return [date.fromordinal(o) for o in range(first.toordinal(), last.toordinal() + 1)]
+
+
+def with_status(deltas: DataFrame, commit: StreamCommit, batch_id: int) -> DataFrame:
+    """New `streaming_aggregates` rows from window deltas: final when the next watermark has
+    passed their end."""
+    next_ts = F.timestamp_millis(F.lit(commit.next_watermark_ms))
+    return deltas.select(
+        *deltas.columns,
+        F.when(F.col("window_end") <= next_ts, "final").otherwise("open").alias("status"),
+        next_ts.alias("watermark"), F.lit(batch_id).cast("long").alias("batch_id"),
+        F.current_timestamp().alias("updated_at"),
+        F.lit(commit.version).cast("long").alias("bronze_version"))
+
+
 def _date_list(dates: list[date]) -> str:
     return ",".join(f"DATE'{d.isoformat()}'" for d in sorted(set(dates)))
 
@@ -221,8 +242,7 @@ def merge_aggregates(spark: SparkSession, settings: Settings, deltas: DataFrame 
     sources = [deltas] if deltas is not None else []
     if next_wm // window_ms > wm // window_ms and wm > 0:  # a window end in (wm, next_wm]
         first, last = (datetime.fromtimestamp(t / 1000, tz=UTC).date() for t in (wm, next_wm))
-        dates = [*dates, *(date.fromordinal(o) for o in range(first.toordinal(),
-                                                              last.toordinal() + 1))]
+        dates = [*dates, *_dates_between(first, last)]
         # Open windows the new watermark closes: read from the target itself, pruned like it.
         to_close = (
             spark.read.format("delta").load(settings.table_path(STREAMING.name))
@@ -296,7 +316,8 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                  F.lit(batch_id).cast("long").alias("bronze_batch_id")]
 
         _label(spark, "classify")
-        classified = classify(batch, settings).persist()
+        # `batch` is already classified (in the query's plan: built once, not per batch).
+        classified = batch.persist()
         try:
             valid = classified.where(F.col("reason").isNull()).select(*VALID_COLUMNS)
             is_valid, is_late = F.col("reason").isNull(), F.col("event_time") <= wm
@@ -306,6 +327,8 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 F.count(F.when(is_valid & is_late, 1)).alias("late"),
                 F.count(F.when(is_valid & ~is_late, 1)).alias("on_time"),
                 F.max(F.when(is_valid, F.unix_millis("event_time"))).alias("newest_ms"),
+                F.min(F.when(is_valid & ~is_late, F.col("event_date"))).alias("first_date"),
+                F.max(F.when(is_valid & ~is_late, F.col("event_date"))).alias("last_date"),
             ).first()
             commit = done or StreamCommit(
                 version=-1, end_offsets={int(p): int(o) for p, o in ends.items()},
@@ -328,7 +351,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 # recomputed after the bronze append.
                 deltas = aggregate_windows(counted_events(on_time, earlier), settings
                                            ).localCheckpoint()
-                dates = [r.event_date for r in deltas.select("event_date").distinct().collect()]
+                dates = _dates_between(facts.first_date, facts.last_date)
 
             if done is None:
                 tag = batch_tag(app, batch_id)
@@ -347,7 +370,13 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 if commit is None:
                     raise RuntimeError(f"bronze commit of ingest batch {batch_id} not found "
                                        "after appending it: another writer on bronze?")
-            merge_aggregates(spark, settings, deltas, dates, commit, batch_id)
+            if earlier_version < 0 and deltas is not None:
+                # The stream's first batch: nothing to add to or finalize, an append suffices.
+                _label(spark, "aggregates")
+                _append(with_status(deltas, commit, batch_id), settings, STREAMING.name,
+                        batch_tag(app, batch_id))
+            else:
+                merge_aggregates(spark, settings, deltas, dates, commit, batch_id)
         finally:
             if deltas is not None:
                 deltas.unpersist()
@@ -363,7 +392,8 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger) -> S
     fresh = ckpt.last_committed_batch(spark, checkpoint) is None and ckpt.batch_offsets(
         spark, checkpoint, 0) is None
     writer = (
-        kafka_source(spark, settings, starting_offsets(settings) if fresh else "earliest")
+        classify(kafka_source(spark, settings, starting_offsets(settings) if fresh else "earliest"),
+                 settings)
         .writeStream.queryName(INGEST_QUERY)
         .foreachBatch(ingest_batch(settings, _Query(spark, checkpoint)))
         .option("checkpointLocation", checkpoint)

@@ -1,0 +1,146 @@
+"""`make bench` (first part): the product against the jobs a user would write by hand
+(`bench/handwritten.py`) on the same topic, fairly.
+
+- One warm SparkSession; the product and every peer first run on a small topic (JIT, codegen,
+  the Kafka consumer pool), so neither side pays the start-up the other skipped.
+- The stream catch-up of a BENCH_EVENTS-event topic (default 2,000,000) and its peers run
+  interleaved (product, naive peer, fair peer, product, ...), each run on a fresh lakehouse root
+  and checkpoint, BENCH_ROUNDS times (default 3); reported: the medians and their ratios.
+- Every run counts the same events: the peers' parsed events are checked against bronze.
+- The replay of the larger date against the hand-written batch job on the same offset range,
+  interleaved the same way.
+Results: bench/results/bench-<date>.json. Compare ratios within a run, not across runs.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+from bench import handwritten, write_result  # noqa: E402
+from lakehouse.generator import GeneratorConfig, generate, produce  # noqa: E402
+from lakehouse.settings import Settings  # noqa: E402
+
+WORK = Path("/tmp") / f"lakehouse-bench-{uuid.uuid4().hex[:6]}"
+
+
+def records(count: int, seed: int) -> list:
+    """`count` events over two dates (a fifth on the first): ISO and epoch-ms times, late,
+    duplicate and malformed records as the generator mixes them."""
+    end = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    return generate(GeneratorConfig(count=count, seed=seed, end=end, span=timedelta(hours=30),
+                                    keys=max(50, count // 200))).records
+
+
+def settings_for(topic: str, run: str) -> Settings:
+    return Settings.from_env({**os.environ, "EVENTS_TOPIC": topic,
+                              "LAKEHOUSE_ROOT": str(WORK / run)})
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    from pyspark.sql import functions as F
+
+    from lakehouse.kafka_admin import ensure_topic
+    from spark_jobs import stream
+    from spark_jobs.replay import offset_ranges, run_replay
+    from spark_jobs.session import get_spark
+    from spark_jobs.tables import ensure_tables
+
+    n = int(os.environ.get("BENCH_EVENTS", "2000000"))
+    rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    warm_topic = f"bench-warm-{uuid.uuid4().hex[:8]}"
+    base = settings_for(topic, "base")
+    spark = get_spark(base)
+    for t, count in ((warm_topic, 20_000), (topic, n)):
+        s = settings_for(t, "produce")
+        ensure_topic(s)
+        t0 = time.perf_counter()
+        produce(s, records(count, seed=7))
+        if t == topic:
+            produce_s = time.perf_counter() - t0
+
+    counter = Counter()
+
+    def product(t: str) -> float:
+        counter["run"] += 1
+        s = settings_for(t, f"product-{counter['run']}")
+        ensure_tables(spark, s)  # creating ten tables is set-up, not catch-up
+        return timed(lambda: stream.catch_up(spark, s))
+
+    def peer(t: str, job) -> float:
+        counter["run"] += 1
+        out = str(WORK / f"peer-{counter['run']}")
+        return timed(lambda: job(spark, settings_for(t, "peer"), out + "/out", out + "/ck", n))
+
+    naive = handwritten.streaming_job
+    fair = handwritten.fair_streaming_job
+    # Warm-up on the small topic: every job once.
+    product(warm_topic), peer(warm_topic, naive), peer(warm_topic, fair)
+
+    catch_up = {"product": [], "naive_peer": [], "fair_peer": []}
+    for _ in range(rounds):
+        catch_up["product"].append(product(topic))
+        catch_up["naive_peer"].append(peer(topic, naive))
+        catch_up["fair_peer"].append(peer(topic, fair))
+    last_product = settings_for(topic, f"product-{counter['run'] - 2}")
+
+    # Same events on both sides: the peer's parsed events vs the product's bronze.
+    bronze = spark.read.format("delta").load(last_product.table_path("bronze_events"))
+    raw = spark.read.format("kafka").options(**base.spark_kafka_options).option(
+        "subscribe", topic).option("startingOffsets", "earliest").load()
+    peer_events = handwritten.events(raw).count()
+    bronze_rows = bronze.count()
+
+    # Replay of the larger date, on the range the product's own replay reads.
+    sizes = {r.event_date: r.n for r in bronze.groupBy("event_date").agg(
+        F.count("*").alias("n")).collect()}
+    day = max(sizes, key=sizes.get)
+    ranges, _ = offset_ranges(last_product, day)
+    replay = {"product": [], "batch_peer": []}
+    run_replay(spark, last_product, day)  # warm
+    handwritten.batch_job(spark, base, str(WORK / "batch-warm"), day, ranges)
+    for i in range(rounds):
+        replay["product"].append(timed(lambda: run_replay(spark, last_product, day)))
+        replay["batch_peer"].append(timed(lambda i=i: handwritten.batch_job(
+            spark, base, str(WORK / f"batch-{i}"), day, ranges)))
+
+    med = {k: statistics.median(v) for k, v in catch_up.items()}
+    rmed = {k: statistics.median(v) for k, v in replay.items()}
+    result = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "events": n, "rounds": rounds, "produce_records_per_s": round(n / produce_s),
+        "same_events": {"product_bronze_rows": bronze_rows, "peer_parsed_events": peer_events},
+        "catch_up_s": {k: [round(x, 2) for x in v] for k, v in catch_up.items()},
+        "catch_up_median_s": {k: round(v, 2) for k, v in med.items()},
+        "catch_up_records_per_s": {k: round(n / v) for k, v in med.items()},
+        "catch_up_ratio_vs_naive_peer": round(med["naive_peer"] / med["product"], 2),
+        "catch_up_ratio_vs_fair_peer": round(med["fair_peer"] / med["product"], 2),
+        "replay_date": day.isoformat(), "replay_date_events": sizes[day],
+        "replay_s": {k: [round(x, 2) for x in v] for k, v in replay.items()},
+        "replay_median_s": {k: round(v, 2) for k, v in rmed.items()},
+        "replay_ratio_vs_batch_peer": round(rmed["batch_peer"] / rmed["product"], 2),
+    }
+    print(result, flush=True)
+    write_result("bench", result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

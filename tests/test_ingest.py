@@ -1,0 +1,73 @@
+"""The one-pass ingest batch on the real broker, Spark and Delta: a batch Spark runs again (its
+checkpoint commit lost, as after a crash) writes nothing twice and its aggregates MERGE changes
+no row; the watermark a batch judges lateness by is the one stamped on the previous bronze
+commit, and the late lane holds exactly the events at or below it; a clean batch makes two
+Delta commits."""
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from lakehouse import delta_log
+from lakehouse.generator import GeneratorConfig, generate, produce
+from lakehouse.kafka_admin import ensure_topic
+from lakehouse.table_reads import read
+from spark_jobs import stream
+from spark_jobs.tables import StreamCommit
+
+TABLES = ("bronze_events", "quarantined_events", "late_events", "streaming_aggregates")
+
+
+def versions(settings) -> dict[str, int]:
+    return {t: delta_log.version(settings, t) for t in TABLES}
+
+
+def aggregates(settings) -> dict:
+    return {(r["window_start"], r["key"]): (r["event_count"], r["value_sum"], r["value_min"],
+                                            r["value_max"], r["status"])
+            for r in read(settings, "streaming_aggregates").to_pylist()}
+
+
+def test_a_rerun_batch_writes_nothing_twice_and_its_merge_changes_no_row(instance_env, spark):
+    settings = instance_env
+    ensure_topic(settings)
+    end = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    chunks = [generate(GeneratorConfig(count=400, seed=s, end=end + timedelta(minutes=10 * s),
+                                       span=timedelta(minutes=30), keys=4, late_fraction=0.1,
+                                       duplicate_fraction=0.05)).records for s in (1, 2)]
+    produce(settings, chunks[0])
+    stream.catch_up(spark, settings)
+    first = StreamCommit.parse(delta_log.commits(settings, "bronze_events", 1)[0])
+    before_second = versions(settings)
+    produce(settings, chunks[1])
+    progress = stream.catch_up(spark, settings)["ingest"]
+    assert [p["numInputRows"] for p in progress] == [len(chunks[1])]
+    batch = int(progress[0]["batchId"])
+    second = StreamCommit.parse(delta_log.commits(settings, "bronze_events", 1)[0])
+    # The watermark the second batch judged by is the one the first batch left.
+    assert second.watermark_ms == first.next_watermark_ms > 0
+    late = read(settings, "late_events").to_pylist()
+    in_second = [r for r in late if r["batch_id"] == batch]
+    assert len(in_second) == second.late > 0
+    wm = datetime.fromtimestamp(second.watermark_ms / 1000, tz=UTC)
+    assert all(r["event_time"] <= wm for r in in_second)
+    bronze = read(settings, "bronze_events").to_pylist()
+    on_time = [r for r in bronze if r["bronze_batch_id"] == batch and r["event_time"] > wm]
+    assert len(on_time) + len(in_second) == sum(1 for r in bronze if r["bronze_batch_id"] == batch)
+
+    done, table = versions(settings), aggregates(settings)
+    # One commit to each table by the batch (quarantine and late only because it had some).
+    assert {t: done[t] - before_second[t] for t in TABLES} == dict.fromkeys(TABLES, 1)
+
+    # Spark runs the batch again: its checkpoint commit is lost.
+    checkpoint = Path(settings.checkpoint_path("ingest").removeprefix("file://"))
+    for name in (str(batch), f".{batch}.crc"):  # the file and Hadoop's checksum of it
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+    stream.catch_up(spark, settings)
+    assert (checkpoint / "commits" / str(batch)).exists()  # re-run and committed
+    after = versions(settings)
+    # No append again, and the MERGE changed no row (Delta commits nothing for it).
+    assert {t: after[t] - done[t] for t in TABLES} == dict.fromkeys(TABLES, 0)
+    assert aggregates(settings) == table
+    positions = Counter((r["partition"], r["offset"]) for r in read(settings, "bronze_events").to_pylist())
+    assert max(positions.values()) == 1
