@@ -264,7 +264,13 @@ class Settings:
     @property
     def spark_kafka_options(self) -> dict[str, str]:
         """Options for Spark's Kafka source (`kafka.`-prefixed client configs)."""
-        opts = {"kafka.bootstrap.servers": self.kafka_bootstrap_servers}
+        opts = {
+            "kafka.bootstrap.servers": self.kafka_bootstrap_servers,
+            # Spark's consumer asks for records past the end of the range it reads; the broker
+            # holds such a fetch for fetch.max.wait.ms (500 ms by default) each time, most of a
+            # small micro-batch's read.
+            "kafka.fetch.max.wait.ms": "20",
+        }
         opts.update(
             {f"kafka.{k}": v for k, v in self.kafka_options.items() if k not in _RDKAFKA_ONLY}
         )

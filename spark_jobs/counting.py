@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import date
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.settings import Settings
@@ -20,9 +20,13 @@ ARRIVAL_ORDER = ("kafka_timestamp", "topic", "partition", "offset")
 
 def dedup_first(events: DataFrame) -> DataFrame:
     """Keep the first copy of each event_id within its event_date (a re-sent event keeps its id,
-    its event time and so its date, and counts once)."""
-    order = Window.partitionBy("event_date", "event_id").orderBy(*ARRIVAL_ORDER)
-    return events.withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n")
+    its event time and so its date, and counts once). A hash aggregate (the smallest struct led
+    by the arrival order, which is unique per record), not a sort per (date, id)."""
+    keys = ("event_date", "event_id")
+    rest = [c for c in events.columns if c not in keys and c not in ARRIVAL_ORDER]
+    first = F.min(F.struct(*ARRIVAL_ORDER, *rest)).alias("_first")
+    return events.groupBy(*keys).agg(first).select(
+        *[F.col(c) if c in keys else F.col(f"_first.{c}").alias(c) for c in events.columns])
 
 
 def within_horizon(settings: Settings, d: date) -> Column:

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.kafka_admin import PartitionOffsets, offsets_for_time, topic_offsets
@@ -32,7 +32,7 @@ from lakehouse.state_rows import latest_row
 from lakehouse.topic_checks import require_log_append_time
 from spark_jobs.counting import events_for_date
 from spark_jobs.lock import date_lock
-from spark_jobs.parse import parsed_events
+from spark_jobs.parse import VALID_COLUMNS, classify
 from spark_jobs.tables import (
     BRONZE,
     REPLAY,
@@ -151,7 +151,8 @@ def missing_offsets(spark: SparkSession, settings: Settings, d: date,
                 missing[p.partition] = (0, p.earliest)
                 why[p.partition] = ("retention cut the log after the date's first possible "
                                     f"append time {first_possible.isoformat()}")
-    seen = (
+    # Records below a partition's log start can only be missing if retention moved it.
+    seen = [] if all(p.earliest == 0 for p in offsets) else (
         read_table(spark, settings, BRONZE)
         .where((F.col("event_date") == F.lit(d)) & (F.col("topic") == settings.events_topic))
         .groupBy("partition")
@@ -204,17 +205,24 @@ def _replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None,
             .option("failOnDataLoss", "true")
             .load()
         )
-        with parsed_events(raw, settings) as (valid, quarantined):
-            windows = aggregate_windows(events_for_date(valid, settings, d), settings)
-            _write_replay(windows, settings, d)
-            result.records_read = sum(hi - lo for lo, hi in read.values())
-            result.quarantined = quarantined.count()
+        # One pass: the counts ride along as observed metrics (no cache, no second read, no
+        # read-back of what was written; the observation also keeps Spark from pushing the
+        # validity filter into the parse).
+        records, windows_seen = Observation("replay_records"), Observation("replay_windows")
+        classified = classify(raw, settings).observe(
+            records, F.count(F.when(F.col("reason").isNotNull(), 1)).alias("quarantined"))
+        valid = classified.where(F.col("reason").isNull()).select(*VALID_COLUMNS)
+        windows = aggregate_windows(events_for_date(valid, settings, d), settings).observe(
+            windows_seen, F.count(F.lit(1)).alias("windows"),
+            F.sum("event_count").alias("events"))
+        _write_replay(windows, settings, d)
+        result.records_read = sum(hi - lo for lo, hi in read.values())
+        result.quarantined = int(records.get["quarantined"])
+        result.windows = int(windows_seen.get["windows"])
+        result.events = int(windows_seen.get["events"] or 0)
     else:
         empty = spark.createDataFrame([], read_table(spark, settings, REPLAY).schema)
         _write_replay(empty.drop("replayed_at"), settings, d)
-    written = read_table(spark, settings, REPLAY).where(F.col("event_date") == F.lit(d))
-    agg = written.agg(F.count("*").alias("w"), F.sum("event_count").alias("e")).first()
-    result.windows, result.events = agg.w, int(agg.e or 0)
     row = (d, version, run_id, datetime.now(UTC))
     # The declared schema, not the table's: a table created by an older release with more
     # (nullable) columns still takes the row.

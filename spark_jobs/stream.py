@@ -123,9 +123,6 @@ def kafka_source(spark: SparkSession, settings: Settings, start: str = "earliest
         # Records deleted by retention before the stream read them fail the query loudly.
         .option("failOnDataLoss", "true")
         .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
-        # The consumer asks for more than a batch's range at its end; the broker would hold
-        # that fetch for its default 500 ms each time (most of a small batch's read).
-        .option("kafka.fetch.max.wait.ms", "20")
         .load()
     )
 
