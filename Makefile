@@ -120,7 +120,7 @@ test-cluster: setup
 	  $(PY) -m pytest -o addopts=-ra -o timeout=2400 -p no:randomly tests/cluster $(PYTEST_ARGS); \
 	  rc=$$?; $(MAKE) --no-print-directory cluster-down; exit $$rc
 
-test: setup kafka-up
+test: setup lint kafka-up
 	$(PY) -m pytest --ignore=tests/cluster -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 ui: setup
@@ -164,6 +164,7 @@ screenshots: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 clean: kafka-down cluster-down
 	rm -rf .lakehouse .dagster_home .dagster_home_cluster .kafka .s3proxy .postgres .spark \

@@ -77,13 +77,20 @@ def main() -> int:
 
     counter = Counter()
 
+    def fresh_memory() -> None:
+        """Each run starts with the same free memory (no cached blocks of the previous one)."""
+        spark.catalog.clearCache()
+        spark.sparkContext._jvm.System.gc()
+
     def product(t: str) -> float:
+        fresh_memory()
         counter["run"] += 1
         s = settings_for(t, f"product-{counter['run']}")
         ensure_tables(spark, s)  # creating ten tables is set-up, not catch-up
         return timed(lambda: stream.catch_up(spark, s))
 
     def peer(t: str, job) -> float:
+        fresh_memory()
         counter["run"] += 1
         out = str(WORK / f"peer-{counter['run']}")
         return timed(lambda: job(spark, settings_for(t, "peer"), out + "/out", out + "/ck", n))

@@ -26,10 +26,12 @@ _DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
 
 # Kafka client options passed through to Spark's reader and to confluent-kafka, e.g.
 # KAFKA_SECURITY_PROTOCOL=SASL_SSL -> security.protocol, KAFKA_SASL_MECHANISM -> sasl.mechanism.
-_KAFKA_PASSTHROUGH = re.compile(r"^KAFKA_((?:SECURITY|SASL|SSL)_[A-Z0-9_]+)$")
+_KAFKA_PASSTHROUGH = re.compile(r"^KAFKA_((?:SECURITY|SASL|SSL)_[A-Z0-9_]+|ISOLATION_LEVEL)$")
 # librdkafka spells a few options differently from the Java client.
 _JAVA_ONLY = {"sasl.jaas.config"}
 _RDKAFKA_ONLY = {"sasl.username", "sasl.password"}
+# Read by Spark's consumer only (the project's own offset reads ask for committed offsets).
+_SPARK_ONLY = {"isolation.level"}
 
 
 class SettingsError(ValueError):
@@ -105,8 +107,9 @@ class Settings:
     # its executors' cores.
     shuffle_partitions_explicit: bool = False
     spark_driver_host: str = "127.0.0.1"
-    spark_conf_extra: Mapping[str, str] = field(default_factory=dict)
-    kafka_options: Mapping[str, str] = field(default_factory=dict)
+    # Never in the repr: they may hold credentials (SASL password, JAAS line, keys).
+    spark_conf_extra: Mapping[str, str] = field(default_factory=dict, repr=False)
+    kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     # Operations (Dagster schedules and freshness checks; cron in UTC).
     catch_up_cron: str = "*/5 * * * *"
     corrections_cron: str = "15 * * * *"
@@ -270,6 +273,8 @@ class Settings:
             # holds such a fetch for fetch.max.wait.ms (500 ms by default) each time, most of a
             # small micro-batch's read.
             "kafka.fetch.max.wait.ms": "20",
+            # Records of aborted transactions are never events (KAFKA_ISOLATION_LEVEL to change).
+            "kafka.isolation.level": "read_committed",
         }
         opts.update(
             {f"kafka.{k}": v for k, v in self.kafka_options.items() if k not in _RDKAFKA_ONLY}
@@ -280,5 +285,6 @@ class Settings:
     def client_config(self) -> dict[str, str]:
         """Config for confluent-kafka producers, consumers and admin clients."""
         conf = {"bootstrap.servers": self.kafka_bootstrap_servers}
-        conf.update({k: v for k, v in self.kafka_options.items() if k not in _JAVA_ONLY})
+        conf.update({k: v for k, v in self.kafka_options.items()
+                     if k not in _JAVA_ONLY and k not in _SPARK_ONLY})
         return conf

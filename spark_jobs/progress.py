@@ -88,7 +88,12 @@ def record_progress(
     # The batches' bronze commits are among bronze's newest (one stream commit per batch).
     commits = {(c.query, c.batch_id): c
                for c in stream_commits(settings, len(reports) + 16) if c.query is not None}
-    rows = [progress_row(query, r, kafka_end_offsets, commits.get((r.get("id"), b)))
+    # The topic's end offsets are read now: they give the lag of the newest batch only (the
+    # service records the batches of the last 30 s at once; older ones get no lag, not a wrong
+    # one).
+    newest = max(reports)
+    rows = [progress_row(query, r, kafka_end_offsets if b == newest else None,
+                         commits.get((r.get("id"), b)))
             for b, r in sorted(reports.items())]
     schema = spark.createDataFrame([], PROGRESS.ddl).schema
     (

@@ -344,10 +344,10 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                                .where((F.col("event_date") >= F.to_date(wm))
                                       & (F.col("event_time") > wm))
                                .select("event_date", "event_id"))
-                # Against bronze without this batch (pinned version), and checkpointed: never
-                # recomputed after the bronze append.
-                deltas = aggregate_windows(counted_events(on_time, earlier), settings
-                                           ).localCheckpoint()
+                # Against bronze without this batch (a pinned version: a recomputation after
+                # the bronze append, should the cache be evicted, reads the same rows).
+                deltas = aggregate_windows(counted_events(on_time, earlier), settings).persist()
+                deltas.count()
                 dates = _dates_between(facts.first_date, facts.last_date)
 
             if done is None:

@@ -71,3 +71,33 @@ def test_a_rerun_batch_writes_nothing_twice_and_its_merge_changes_no_row(instanc
     assert aggregates(settings) == table
     positions = Counter((r["partition"], r["offset"]) for r in read(settings, "bronze_events").to_pylist())
     assert max(positions.values()) == 1
+
+
+def test_records_of_aborted_transactions_are_never_ingested(instance_env, spark):
+    """A transactional producer commits one transaction and aborts another: the stream (Spark's
+    consumer reads committed records only) lands exactly the committed records."""
+    import json
+
+    from confluent_kafka import Producer
+
+    settings = instance_env
+    ensure_topic(settings)
+    at = (datetime.now(UTC) - timedelta(minutes=3)).isoformat(timespec="milliseconds")
+    producer = Producer({**settings.client_config, "transactional.id": f"tx-{settings.events_topic}"})
+    producer.init_transactions(30)
+
+    def send(prefix: str, n: int, commit: bool) -> None:
+        producer.begin_transaction()
+        for i in range(n):
+            producer.produce(settings.events_topic, key="k", value=json.dumps(
+                {"event_id": f"{prefix}-{i}", "key": "k", "event_time": at, "value": "1.5"}))
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+
+    send("committed", 30, True)
+    send("aborted", 20, False)
+    send("committed-again", 10, True)
+    stream.catch_up(spark, settings)
+    ids = read(settings, "bronze_events")["event_id"].to_pylist()
+    assert len(ids) == 40 and not [i for i in ids if i.startswith("aborted")]
+    assert read(settings, "quarantined_events").num_rows == 0
+    assert sum(read(settings, "streaming_aggregates")["event_count"].to_pylist()) == 40

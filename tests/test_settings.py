@@ -102,6 +102,25 @@ def test_kafka_security_passes_through_to_spark_and_confluent():
     assert "sasl.jaas.config" not in client
 
 
+def test_secrets_stay_out_of_the_repr():
+    secret = "s3cr3t-Pa55"
+    s = Settings.from_env({
+        "KAFKA_SASL_PASSWORD": secret,
+        "KAFKA_SASL_JAAS_CONFIG": f'ScramLoginModule required username="u" password="{secret}";',
+        "SPARK_CONF_spark.hadoop.fs.s3a.secret.key": secret,
+    })
+    assert s.client_config["sasl.password"] == secret  # still passed on
+    assert secret not in repr(s) and secret not in str(s)
+
+
+def test_the_stream_reads_committed_records_only():
+    assert Settings.from_env({}).spark_kafka_options["kafka.isolation.level"] == "read_committed"
+    s = Settings.from_env({"KAFKA_ISOLATION_LEVEL": "read_uncommitted"})
+    assert s.spark_kafka_options["kafka.isolation.level"] == "read_uncommitted"
+    # A consumer setting: never handed to the producers and admin clients.
+    assert "isolation.level" not in s.client_config
+
+
 def test_spark_interval_is_exact():
     assert spark_interval(timedelta(seconds=30)) == "30 seconds"
     assert spark_interval(timedelta(milliseconds=1500)) == "1500 milliseconds"
