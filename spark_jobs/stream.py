@@ -315,6 +315,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
         _label(spark, "classify")
         # `batch` is already classified (in the query's plan: built once, not per batch).
         classified = batch.persist()
+        deltas = None
         try:
             valid = classified.where(F.col("reason").isNull()).select(*VALID_COLUMNS)
             is_valid, is_late = F.col("reason").isNull(), F.col("event_time") <= wm
@@ -333,7 +334,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 next_watermark_ms=next_watermark_ms(watermark_ms, facts.newest_ms, settings),
                 late=facts.late, quarantined=facts.bad)
 
-            deltas, dates = None, []
+            dates: list[date] = []
             if facts.on_time:
                 _label(spark, "dedup")
                 on_time = valid.where(~is_late)
