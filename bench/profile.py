@@ -6,42 +6,20 @@ fixed cost of a one-record catch-up. Written to bench/results/profile-<date>.jso
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-import urllib.request
 import uuid
-from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from bench import write_result  # noqa: E402
+from bench import spark_ui, write_result  # noqa: E402
 from lakehouse.generator import GeneratorConfig, generate, produce  # noqa: E402
 from lakehouse.settings import Settings  # noqa: E402
 
 TABLES = ("bronze_events", "quarantined_events", "streaming_aggregates", "late_events",
           "stream_progress")
-
-
-def _time(s: str) -> float:
-    return datetime.strptime(s.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
-
-
-def _jobs(spark) -> list[dict]:
-    sc = spark.sparkContext
-    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/jobs"
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return json.load(response)
-
-
-def _what(job: dict) -> str:
-    """Delta names its own jobs in the description; Python actions by their call site."""
-    description = (job.get("description") or "").split("\n")[0]
-    if description.lower().startswith(("delta", "ingest:")):
-        return description.split(" - ")[0][:100]
-    return job.get("name", "?")[:100]
 
 
 def _versions(settings: Settings) -> dict[str, int]:
@@ -53,26 +31,22 @@ def _versions(settings: Settings) -> dict[str, int]:
 def profile(spark, settings: Settings) -> dict:
     from spark_jobs import stream
 
-    before, versions = {j["jobId"] for j in _jobs(spark)}, _versions(settings)
+    ui = spark.sparkContext.uiWebUrl
+    before, versions = {j["jobId"] for j in spark_ui.jobs(ui)}, _versions(settings)
     t0 = time.perf_counter()
     progresses = stream.run_available_now(spark, settings)
     wall = time.perf_counter() - t0
-    jobs = [j for j in _jobs(spark) if j["jobId"] not in before and j.get("completionTime")]
-    groups: dict[str, list[float]] = defaultdict(list)
-    for j in jobs:
-        groups[_what(j)].append(_time(j["completionTime"]) - _time(j["submissionTime"]))
+    jobs = [j for j in spark_ui.jobs(ui) if j["jobId"] not in before and j.get("completionTime")]
+    steps = spark_ui.by_step(jobs)
     after = _versions(settings)
     return {
         "wall_s": round(wall, 1),
         "batches": len(progresses),
         "spark_jobs": len(jobs),
-        "spark_job_seconds": round(sum(sum(v) for v in groups.values()), 1),
+        "spark_job_seconds": round(sum(g["seconds"] for g in steps), 1),
         "delta_commits": {t: after[t] - versions[t] for t in TABLES
                           if after[t] != versions[t]},
-        "jobs_by_origin": [
-            {"origin": k, "jobs": len(v), "seconds": round(sum(v), 2)}
-            for k, v in sorted(groups.items(), key=lambda kv: -sum(kv[1]))
-        ],
+        "jobs_by_origin": steps,
     }
 
 

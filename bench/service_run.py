@@ -9,7 +9,9 @@ Measured, written to bench/results/service-<rate>-<date>.json:
   time of the first version holding the probe's window, minus the time it was produced
   (p50/p95/p99/max; probes never seen are counted);
 - driver RSS (the service's Python process and its JVM, from /proc): minute 2 vs. the last
-  minute (the one-pass ingest keeps no Spark state store).
+  minute (the one-pass ingest keeps no Spark state store);
+- where a steady batch's time goes: the service's Spark jobs from minute 2 on, from its UI's
+  REST API, grouped by ingest step, per batch.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from bench import write_result
+from bench import spark_ui, write_result
 from lakehouse.delta_log import open_table
 from lakehouse.kafka_admin import ensure_topic
 from lakehouse.settings import Settings
@@ -110,8 +112,11 @@ def main() -> int:
     rate = int(os.environ.get("BENCH_SERVICE_RATE", "20000"))
     trigger = os.environ.get("BENCH_SERVICE_TRIGGER", "1 second")
     root = Path(f"/tmp/lakehouse-service-bench-{uuid.uuid4().hex[:6]}")
+    ui_port = free_port()
     env = {**os.environ, "LAKEHOUSE_ROOT": str(root), "EVENTS_TOPIC": f"svc-{uuid.uuid4().hex[:8]}",
-           "STREAM_TRIGGER_INTERVAL": trigger, "METRICS_PORT": str(free_port())}
+           "STREAM_TRIGGER_INTERVAL": trigger, "METRICS_PORT": str(free_port()),
+           "SPARK_UI": "true", "SPARK_CONF_spark.ui.port": str(ui_port),
+           "SPARK_CONF_spark.ui.retainedJobs": "100000"}
     settings = Settings.from_env(env)
     ensure_topic(settings)
     root.mkdir(parents=True)
@@ -156,6 +161,8 @@ def main() -> int:
             raise RuntimeError(f"the service died:\n{output(svc)}")
         time.sleep(0.2)
     producer.join(30)
+    steady = [j for j in spark_ui.jobs(f"http://127.0.0.1:{ui_port}")
+              if 120 <= spark_ui.submitted_at(j) - t0 < seconds]
     svc.send_signal(signal.SIGTERM)
     svc.wait(120)
 
@@ -186,6 +193,8 @@ def main() -> int:
             q: percentile([r["trigger_ms"] / 1000 for r in batches if r["trigger_ms"] is not None], p)
             for q, p in (("p50", 0.5), ("p95", 0.95))},
         "batch_rows_p50": percentile([r["input_rows"] for r in batches], 0.5),
+        "steady_batch_by_step": spark_ui.by_step(steady, per=max(1, sum(
+            1 for r in batches if 120 <= r["batch_timestamp"].timestamp() - t0 < seconds))),
         "driver_rss_mb": {"minute_2": percentile(rss_minute[(1, 2)], 0.5),
                           "last_minute": percentile(rss_minute[last], 0.5)},
         # No Spark state store any more: the dedup looks up bronze above the watermark. What

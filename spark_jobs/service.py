@@ -25,6 +25,7 @@ from spark_jobs.checkpoint import INGEST_QUERY
 from spark_jobs.lock import CheckpointBusy, checkpoint_lock
 from spark_jobs.metrics import serving
 from spark_jobs.progress import record_progress
+from spark_jobs.recent_ids import RecentIds
 from spark_jobs.session import get_spark
 from spark_jobs.stream import MAX_RESTARTS, Trigger, is_known_restart_bug, start_ingest
 
@@ -35,9 +36,11 @@ def serve(settings: Settings, stop: threading.Event) -> int:
     interval = spark_interval(settings.stream_trigger_interval)
     ensure_topic(settings)
     spark = get_spark(settings)
+    recent = RecentIds()  # the dedup's in-memory index, kept across restarts of the query
 
     def start():
-        return start_ingest(spark, settings, Trigger(available_now=False, interval=interval))
+        return start_ingest(spark, settings, Trigger(available_now=False, interval=interval),
+                            recent)
 
     with ExitStack() as held:
         held.enter_context(checkpoint_lock(settings.root, INGEST_QUERY, spark))

@@ -45,9 +45,11 @@ from lakehouse.kafka_admin import topic_offsets
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.checkpoint import INGEST_QUERY
+from spark_jobs.counting import ARRIVAL_ORDER
 from spark_jobs.lock import checkpoint_lock
 from spark_jobs.parse import VALID_COLUMNS, classify, quarantine_projection
 from spark_jobs.progress import record_progress
+from spark_jobs.recent_ids import NEWEST, RecentIds, free_checkpointed
 from spark_jobs.tables import (
     BRONZE,
     LATE,
@@ -86,6 +88,7 @@ class _Query:
     spark: SparkSession
     checkpoint: str
     _app_id: str | None = field(default=None)
+    recent: RecentIds = field(default_factory=RecentIds)
 
     @property
     def app_id(self) -> str:
@@ -155,19 +158,20 @@ def late_projection(valid: DataFrame, settings: Settings, watermark_ms: int,
 
 def first_copies(events: DataFrame) -> DataFrame:
     """One row per (event_date, event_id): the first copy by broker time, then log position
-    (the order corrections and the replay use), with a hash aggregate instead of a sort."""
-    order = ("kafka_timestamp", "topic", "partition", "offset")
-    first = F.min(F.struct(*order, "key", "event_time", "value")).alias("f")
-    return events.groupBy("event_date", "event_id").agg(first).select(
-        "event_date", "event_id", "f.key", "f.event_time", "f.value")
+    (the order corrections and the replay use), with a hash aggregate instead of a sort; and the
+    event time of its newest copy (what a later batch's lookup of bronze would filter on)."""
+    first = F.min(F.struct(*ARRIVAL_ORDER, "key", "event_time", "value")).alias("f")
+    return events.groupBy("event_date", "event_id").agg(
+        first, F.max("event_time").alias(NEWEST)).select(
+        "event_date", "event_id", "f.key", "f.event_time", "f.value", NEWEST)
 
 
-def counted_events(on_time: DataFrame, earlier: DataFrame | None) -> DataFrame:
-    """The on-time events that count: the first copy of each event_id in the batch, unless an
-    earlier batch already ingested a copy still above the watermark (`earlier`: event_date,
-    event_id). A copy at or below the watermark cannot have a counted twin: its twin is late too
-    (a re-sent event keeps its event time)."""
-    firsts = first_copies(on_time)
+def counted_events(firsts: DataFrame, earlier: DataFrame | None) -> DataFrame:
+    """The on-time events that count: the first copy of each event_id in the batch (`firsts`),
+    unless an earlier batch already ingested a copy still above the watermark (`earlier`:
+    event_date, event_id). A copy at or below the watermark cannot have a counted twin: its
+    twin is late too (a re-sent event keeps its event time)."""
+    firsts = firsts.drop(NEWEST)
     if earlier is None:
         return firsts
     return firsts.join(earlier, ["event_date", "event_id"], "left_anti")
@@ -292,6 +296,47 @@ def merge_aggregates(spark: SparkSession, settings: Settings, deltas: DataFrame 
         spark.conf.unset(COMMIT_METADATA)
 
 
+def _bronze_above(spark: SparkSession, settings: Settings, version: int,
+                  watermark_ms: int) -> DataFrame:
+    """Bronze's rows above the watermark at a pinned version (a recomputation after the batch's
+    own bronze append, should a block be lost, reads the same rows)."""
+    wm = F.timestamp_millis(F.lit(watermark_ms))
+    return (spark.read.format("delta").option("versionAsOf", version)
+            .load(settings.table_path(BRONZE.name))
+            .where((F.col("event_date") >= F.to_date(wm)) & (F.col("event_time") > wm))
+            .select("event_date", "event_id", "event_time"))
+
+
+def _window_deltas(spark: SparkSession, settings: Settings, recent: RecentIds, firsts: DataFrame,
+                   previous: StreamCommit | None, earlier_version: int,
+                   watermark_ms: int) -> DataFrame:
+    """The batch's window deltas (persisted): its first copies less the ids an earlier batch
+    landed above the watermark, looked up in the recent ids (rebuilt from bronze when they do not
+    stand for the previous stream commit) or, for a re-run batch, in bronze itself."""
+    def deltas(earlier: DataFrame | None) -> DataFrame:
+        out = aggregate_windows(counted_events(firsts, earlier), settings).persist()
+        out.count()
+        return out
+
+    if earlier_version < 0:
+        return deltas(None)
+    if previous is None:  # a re-run batch: bronze without it, read directly
+        return deltas(_bronze_above(spark, settings, earlier_version, watermark_ms))
+    delay_ms = int(settings.watermark_delay.total_seconds() * 1000)
+    for attempt in (1, 2):
+        if not recent.holds(previous.version):
+            # Every event time so far is at most the previous next watermark plus the delay.
+            recent.rebuild(_bronze_above(spark, settings, earlier_version, watermark_ms),
+                           previous.version, previous.next_watermark_ms + delay_ms)
+        try:
+            return deltas(recent.lookup(watermark_ms))
+        except Exception:  # a lost block (an executor gone): rebuild once from bronze
+            recent.clear()
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int], None]:
     def run(batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -300,9 +345,11 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
         ends = (ckpt.batch_offsets(spark, query.checkpoint, batch_id).sources[0] or {}).get(
             settings.events_topic) or {}
         done = _bronze_commit_of(settings, app, batch_id)
+        previous = None
         if done is not None:  # a re-run whose appends all committed (bronze is the last)
             watermark_ms = done.watermark_ms
             earlier_version = done.version - 1
+            query.recent.clear()
         else:
             previous = newest_stream_commit(settings)
             watermark_ms = previous.next_watermark_ms if previous else 0
@@ -335,20 +382,13 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 late=facts.late, quarantined=facts.bad)
 
             dates: list[date] = []
+            firsts = None
             if facts.on_time:
                 _label(spark, "dedup")
-                on_time = valid.where(~is_late)
-                earlier = None
-                if earlier_version >= 0:
-                    earlier = (spark.read.format("delta").option("versionAsOf", earlier_version)
-                               .load(settings.table_path(BRONZE.name))
-                               .where((F.col("event_date") >= F.to_date(wm))
-                                      & (F.col("event_time") > wm))
-                               .select("event_date", "event_id"))
-                # Against bronze without this batch (a pinned version: a recomputation after
-                # the bronze append, should the cache be evicted, reads the same rows).
-                deltas = aggregate_windows(counted_events(on_time, earlier), settings).persist()
-                deltas.count()
+                # Cut from its lineage: it also becomes the batch's chunk of the recent ids.
+                firsts = first_copies(valid.where(~is_late)).localCheckpoint(eager=True)
+                deltas = _window_deltas(spark, settings, query.recent, firsts, previous,
+                                        earlier_version, watermark_ms)
                 dates = _dates_between(facts.first_date, facts.last_date)
 
             if done is None:
@@ -368,6 +408,10 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 if commit is None:
                     raise RuntimeError(f"bronze commit of ingest batch {batch_id} not found "
                                        "after appending it: another writer on bronze?")
+                if previous is None or query.recent.holds(previous.version):
+                    query.recent.advance(commit.version, firsts, facts.newest_ms,
+                                         commit.next_watermark_ms)
+                    firsts = None  # the index owns it now
             if earlier_version < 0 and deltas is not None:
                 # The stream's first batch: nothing to add to or finalize, an append suffices.
                 _label(spark, "aggregates")
@@ -378,13 +422,18 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
         finally:
             if deltas is not None:
                 deltas.unpersist()
+            if firsts is not None:
+                free_checkpointed(firsts)
             classified.unpersist()
             spark.sparkContext.setJobDescription(None)
 
     return run
 
 
-def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger) -> StreamingQuery:
+def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
+                 recent: RecentIds | None = None) -> StreamingQuery:
+    """Start the ingest query. `recent`: the caller's recent-id index, kept across restarts
+    (it checks itself against bronze) and cleared by the caller when done."""
     ensure_tables(spark, settings)
     checkpoint = settings.checkpoint_path(INGEST_QUERY)
     fresh = ckpt.last_committed_batch(spark, checkpoint) is None and ckpt.batch_offsets(
@@ -393,7 +442,8 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger) -> S
         classify(kafka_source(spark, settings, starting_offsets(settings) if fresh else "earliest"),
                  settings)
         .writeStream.queryName(INGEST_QUERY)
-        .foreachBatch(ingest_batch(settings, _Query(spark, checkpoint)))
+        .foreachBatch(ingest_batch(settings, _Query(spark, checkpoint,
+                                                    recent=recent or RecentIds())))
         .option("checkpointLocation", checkpoint)
     )
     return trigger.apply(writer).start()
@@ -414,17 +464,21 @@ def run_available_now(spark: SparkSession, settings: Settings) -> list[dict]:
     """One checkpointed catch-up: every available record, then stop. Returns the progress
     reports of its batches (also recorded in `stream_progress`, once for the run)."""
     progresses: list[dict] = []
+    recent = RecentIds()
     with checkpoint_lock(settings.root, INGEST_QUERY, spark):
-        for attempt in range(MAX_RESTARTS + 1):
-            q = start_ingest(spark, settings, Trigger(available_now=True))
-            try:
-                q.awaitTermination()
-                progresses += [json.loads(p.json) for p in q.recentProgress]
-                break
-            except Exception as exc:  # StreamingQueryException
-                progresses += [json.loads(p.json) for p in q.recentProgress]
-                if not is_known_restart_bug(exc) or attempt == MAX_RESTARTS:
-                    raise
+        try:
+            for attempt in range(MAX_RESTARTS + 1):
+                q = start_ingest(spark, settings, Trigger(available_now=True), recent)
+                try:
+                    q.awaitTermination()
+                    progresses += [json.loads(p.json) for p in q.recentProgress]
+                    break
+                except Exception as exc:  # StreamingQueryException
+                    progresses += [json.loads(p.json) for p in q.recentProgress]
+                    if not is_known_restart_bug(exc) or attempt == MAX_RESTARTS:
+                        raise
+        finally:
+            recent.clear()
     ends = {p.partition: p.latest for p in topic_offsets(settings)}
     record_progress(spark, settings, INGEST_QUERY, progresses, ends)
     return progresses

@@ -5,6 +5,7 @@ commit, and the late lane holds exactly the events at or below it; a clean batch
 Delta commits."""
 
 from collections import Counter
+from decimal import Decimal
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -101,3 +102,30 @@ def test_records_of_aborted_transactions_are_never_ingested(instance_env, spark)
     assert len(ids) == 40 and not [i for i in ids if i.startswith("aborted")]
     assert read(settings, "quarantined_events").num_rows == 0
     assert sum(read(settings, "streaming_aggregates")["event_count"].to_pylist()) == 40
+
+
+def test_copies_in_later_batches_of_one_run_count_once(instance_env, spark):
+    """Within one query run the dedup looks ids up in its in-memory index (not in bronze): every
+    event is sent twice, its copies in different micro-batches, and each counts once."""
+    import dataclasses
+    import json
+
+    from confluent_kafka import Producer
+
+    settings = dataclasses.replace(instance_env, max_offsets_per_trigger=120)
+    ensure_topic(settings)
+    at = (datetime.now(UTC) - timedelta(minutes=2)).isoformat(timespec="milliseconds")
+    producer = Producer(settings.client_config)
+    for copy in range(2):
+        for i in range(300):
+            producer.produce(settings.events_topic, key=f"k{i % 3}", value=json.dumps(
+                {"event_id": f"e-{i}", "key": f"k{i % 3}", "event_time": at,
+                 "value": f"{i}.5"}))
+        producer.flush(30)
+    progress = stream.catch_up(spark, settings)["ingest"]
+    assert len(progress) >= 5  # 600 records, at most 120 a batch
+    rows = read(settings, "streaming_aggregates").to_pylist()
+    assert sum(r["event_count"] for r in rows) == 300
+    assert sum(r["value_sum"] for r in rows) == sum(Decimal(f"{i}.5") for i in range(300))
+    assert read(settings, "bronze_events").num_rows == 600
+    assert read(settings, "late_events").num_rows == 0
