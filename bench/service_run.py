@@ -10,8 +10,9 @@ Measured, written to bench/results/service-<rate>-<date>.json:
   (p50/p95/p99/max; probes never seen are counted);
 - driver RSS (the service's Python process and its JVM, from /proc): minute 2 vs. the last
   minute (the one-pass ingest keeps no Spark state store);
-- where a steady batch's time goes: the service's Spark jobs from minute 2 on, from its UI's
-  REST API, grouped by ingest step, per batch.
+- with BENCH_SERVICE_BREAKDOWN=1 (the UI on, which slows the service): where a steady batch's
+  time goes, the service's Spark jobs from minute 2 on, from its UI's REST API, grouped by
+  ingest step, per batch.
 """
 
 from __future__ import annotations
@@ -113,10 +114,12 @@ def main() -> int:
     trigger = os.environ.get("BENCH_SERVICE_TRIGGER", "1 second")
     root = Path(f"/tmp/lakehouse-service-bench-{uuid.uuid4().hex[:6]}")
     ui_port = free_port()
+    breakdown = os.environ.get("BENCH_SERVICE_BREAKDOWN", "0") == "1"
     env = {**os.environ, "LAKEHOUSE_ROOT": str(root), "EVENTS_TOPIC": f"svc-{uuid.uuid4().hex[:8]}",
-           "STREAM_TRIGGER_INTERVAL": trigger, "METRICS_PORT": str(free_port()),
-           "SPARK_UI": "true", "SPARK_CONF_spark.ui.port": str(ui_port),
-           "SPARK_CONF_spark.ui.retainedJobs": "100000"}
+           "STREAM_TRIGGER_INTERVAL": trigger, "METRICS_PORT": str(free_port())}
+    if breakdown:  # the UI's listeners cost the service time: off for the headline figures
+        env.update({"SPARK_UI": "true", "SPARK_CONF_spark.ui.port": str(ui_port),
+                    "SPARK_CONF_spark.ui.retainedJobs": "100000"})
     settings = Settings.from_env(env)
     ensure_topic(settings)
     root.mkdir(parents=True)
@@ -162,7 +165,7 @@ def main() -> int:
         time.sleep(0.2)
     producer.join(30)
     steady = [j for j in spark_ui.jobs(f"http://127.0.0.1:{ui_port}")
-              if 120 <= spark_ui.submitted_at(j) - t0 < seconds]
+              if 120 <= spark_ui.submitted_at(j) - t0 < seconds] if breakdown else []
     svc.send_signal(signal.SIGTERM)
     svc.wait(120)
 
@@ -193,8 +196,9 @@ def main() -> int:
             q: percentile([r["trigger_ms"] / 1000 for r in batches if r["trigger_ms"] is not None], p)
             for q, p in (("p50", 0.5), ("p95", 0.95))},
         "batch_rows_p50": percentile([r["input_rows"] for r in batches], 0.5),
-        "steady_batch_by_step": spark_ui.by_step(steady, per=max(1, sum(
-            1 for r in batches if 120 <= r["batch_timestamp"].timestamp() - t0 < seconds))),
+        **({"steady_batch_by_step": spark_ui.by_step(steady, per=max(1, sum(
+            1 for r in batches if 120 <= r["batch_timestamp"].timestamp() - t0 < seconds)))}
+           if breakdown else {}),
         "driver_rss_mb": {"minute_2": percentile(rss_minute[(1, 2)], 0.5),
                           "last_minute": percentile(rss_minute[last], 0.5)},
         # No Spark state store any more: the dedup looks up bronze above the watermark. What

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
@@ -128,6 +129,21 @@ def ensure_topic(
     return True
 
 
+def topic_id(settings: Settings, topic: str | None = None, timeout: float = 10.0) -> str | None:
+    """The topic's id (a new one each time a topic of that name is created), or None when it
+    does not exist."""
+    from confluent_kafka import TopicCollection
+
+    topic = topic or settings.events_topic
+    try:
+        found = admin(settings).describe_topics(TopicCollection([topic]))[topic].result(timeout)
+    except KafkaException as exc:
+        if "UNKNOWN_TOPIC" in str(exc):
+            return None
+        raise
+    return str(found.topic_id)
+
+
 def _wait_for_leaders(client: AdminClient, topic: str, timeout: float) -> None:
     """A new topic answers offset requests only once every partition has a leader."""
     deadline = time.monotonic() + timeout
@@ -171,6 +187,15 @@ class PartitionOffsets:
     partition: int
     earliest: int
     latest: int
+
+
+def consumer_lag(offsets: Iterable[PartitionOffsets], processed: Mapping[int, int]
+                 ) -> dict[int, int]:
+    """The one lag formula: records behind per partition, its end offset minus the stream's
+    processed position; a partition the stream has not read yet counts from its earliest
+    retained offset (where a new checkpoint starts, so retention never shows as lag)."""
+    return {p.partition: max(0, p.latest - processed.get(p.partition, p.earliest))
+            for p in sorted(offsets, key=lambda o: o.partition)}
 
 
 # What the offset look-ups see: committed records only (what a consumer with librdkafka's default

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 
 from lakehouse.delta_log import open_table
-from lakehouse.kafka_admin import admin, offsets_for_time, topic_offsets
+from lakehouse.kafka_admin import admin, consumer_lag, offsets_for_time, topic_offsets
 from lakehouse.settings import Settings
 
 RATE_WINDOW = timedelta(minutes=1)
@@ -28,7 +28,7 @@ class TopicStatus:
 
     @property
     def lag(self) -> int:
-        return sum(max(0, p["lag"]) for p in self.partitions)
+        return sum(p["lag"] for p in self.partitions)
 
     @property
     def retained(self) -> int:
@@ -78,12 +78,11 @@ def topic_status(settings: Settings, now: datetime | None = None) -> TopicStatus
     if not offsets:
         return status
     processed, status.last_batch_at = processed_offsets(settings)
+    lag = consumer_lag(offsets, processed)
     for p in offsets:
-        done = processed.get(p.partition)
         status.partitions.append({
             "partition": p.partition, "earliest": p.earliest, "latest": p.latest,
-            # Before the first batch the stream starts at the earliest retained offset.
-            "processed": done, "lag": p.latest - (p.earliest if done is None else done),
+            "processed": processed.get(p.partition), "lag": lag[p.partition],
         })
     since = offsets_for_time(settings, int((now - RATE_WINDOW).timestamp() * 1000), known=offsets)
     appended = sum(p.latest - since.get(p.partition, p.latest) for p in offsets)

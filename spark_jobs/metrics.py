@@ -42,7 +42,7 @@ from urllib.parse import unquote
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from lakehouse.kafka_admin import PartitionOffsets, topic_offsets
+from lakehouse.kafka_admin import PartitionOffsets, consumer_lag, topic_offsets
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.checkpoint import INGEST_QUERY
@@ -155,8 +155,7 @@ class StreamMetrics:
         self._clock = clock
         self.poll_seconds = poll_seconds
         self._lock = threading.Lock()
-        self._latest: dict[int, int] = {}  # Kafka end offset per partition
-        self._earliest: dict[int, int] = {}
+        self._topic_offsets: list[PartitionOffsets] = []  # the topic's, from the last poll
         self._processed: dict[int, int] | None = None  # the ingest query's end offset per partition
         self._watermark_s: float | None = None
         self._last_success: dict[str, float] = {}
@@ -292,8 +291,7 @@ class StreamMetrics:
         def kafka() -> None:
             offsets = self._offsets(self.settings)
             with self._lock:
-                self._latest = {o.partition: o.latest for o in offsets}
-                self._earliest = {o.partition: o.earliest for o in offsets}
+                self._topic_offsets = list(offsets)
 
         def quarantine() -> None:
             follower = self._follow("quarantined_events")
@@ -327,13 +325,11 @@ class StreamMetrics:
     # ---- scrape-time gauges ----------------------------------------------------------------
     def lag(self) -> dict[int, int]:
         """Records behind per partition; {} until both the topic's end offsets and the stream's
-        position are known. A partition the stream has not read yet counts from its earliest
-        retained offset (where a new checkpoint starts)."""
+        position are known."""
         with self._lock:
             if self._processed is None:
                 return {}
-            return {p: max(0, end - self._processed.get(p, self._earliest.get(p, 0)))
-                    for p, end in sorted(self._latest.items())}
+            return consumer_lag(self._topic_offsets, self._processed)
 
     def gauges(self) -> Iterator[Metric]:
         now = self._clock()

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
+from lakehouse.kafka_admin import PartitionOffsets, consumer_lag
 from lakehouse.settings import Settings
 from spark_jobs.checkpoint import INGEST_QUERY
 from spark_jobs.tables import PROGRESS, StreamCommit, stream_commits
@@ -20,22 +21,18 @@ def _ts(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
 
 
-def kafka_lag(end_offsets: dict, source_end: dict | str | None) -> int | None:
-    """Sum over partitions of (topic end offset - processed end offset)."""
+def report_offsets(source_end: dict | str | None) -> dict[int, int]:
+    """A progress report's source end offsets (`{"topic": {"0": 12}}`) per partition."""
     if isinstance(source_end, str):
         try:
             source_end = json.loads(source_end)
         except ValueError:
-            return None
-    if not source_end or not end_offsets:
-        return None
-    processed = next(iter(source_end.values())) if isinstance(source_end, dict) else {}
-    if not isinstance(processed, dict):
-        return None
-    return sum(max(0, end - int(processed.get(str(p), 0))) for p, end in end_offsets.items())
+            return {}
+    processed = next(iter(source_end.values()), None) if isinstance(source_end, dict) else None
+    return {int(p): int(o) for p, o in processed.items()} if isinstance(processed, dict) else {}
 
 
-def progress_row(query: str, p: dict, kafka_end_offsets: dict | None,
+def progress_row(query: str, p: dict, kafka_offsets: list[PartitionOffsets] | None,
                  commit: StreamCommit | None = None) -> dict:
     """One `stream_progress` row from a progress report; the watermark and the rows left out as
     late come from the batch's bronze commit (`commit`: the ingest query runs no stateful
@@ -63,9 +60,10 @@ def progress_row(query: str, p: dict, kafka_end_offsets: dict | None,
         "state_memory_bytes": sum(int(s.get("memoryUsedBytes", 0)) for s in state),
         "duration_ms": json.dumps(p.get("durationMs") or {}),
         "trigger_ms": int((p.get("durationMs") or {}).get("triggerExecution", 0)),
-        "kafka_end_offsets": json.dumps(kafka_end_offsets) if kafka_end_offsets else None,
-        "kafka_lag": kafka_lag(kafka_end_offsets or {}, source.get("endOffset"))
-        if query == INGEST_QUERY else None,
+        "kafka_end_offsets": json.dumps({str(o.partition): o.latest for o in kafka_offsets})
+        if kafka_offsets else None,
+        "kafka_lag": sum(consumer_lag(kafka_offsets, report_offsets(source.get("endOffset")))
+                         .values()) if kafka_offsets and query == INGEST_QUERY else None,
         "progress_date": ts.date(),
     }
 
@@ -75,7 +73,7 @@ def record_progress(
     settings: Settings,
     query: str,
     progresses: list,
-    kafka_end_offsets: dict | None = None,
+    kafka_offsets: list[PartitionOffsets] | None = None,
 ) -> int:
     """Append one row per batch (the last report of a batch id wins), as one idempotent Delta
     append: txnAppId = the query's id (the checkpoint's), txnVersion = the newest batch id, so
@@ -92,7 +90,7 @@ def record_progress(
     # service records the batches of the last 30 s at once; older ones get no lag, not a wrong
     # one).
     newest = max(reports)
-    rows = [progress_row(query, r, kafka_end_offsets if b == newest else None,
+    rows = [progress_row(query, r, kafka_offsets if b == newest else None,
                          commits.get((r.get("id"), b)))
             for b, r in sorted(reports.items())]
     schema = spark.createDataFrame([], PROGRESS.ddl).schema

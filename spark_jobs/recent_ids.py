@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 ID_COLUMNS = ("event_date", "event_id")
-NEWEST = "newest_event_time"  # per id: the event time of its newest copy
+CHUNK_COLUMNS = (*ID_COLUMNS, "event_time")
 
 
 def free_checkpointed(frame: DataFrame) -> None:
@@ -35,14 +35,14 @@ def free_checkpointed(frame: DataFrame) -> None:
 
 @dataclass
 class _Chunk:
-    frame: DataFrame  # locally checkpointed; holds event_date, event_id, NEWEST
+    frame: DataFrame  # locally checkpointed: CHUNK_COLUMNS of every copy
     newest_ms: int  # an upper bound of its event times: dropped once the watermark reaches it
 
 
 @dataclass
 class RecentIds:
-    """Chunks of (event_date, event_id, NEWEST) standing for bronze at stream commit `version`
-    (-1: nothing held)."""
+    """Chunks of (event_date, event_id, event_time) standing for bronze's rows above the
+    watermark at stream commit `version` (-1: nothing held)."""
 
     version: int = -1
     chunks: list[_Chunk] = field(default_factory=list)
@@ -56,23 +56,22 @@ class RecentIds:
         self.chunks, self.version = [], -1
 
     def rebuild(self, bronze_above: DataFrame, version: int, newest_ms: int) -> None:
-        """From bronze's rows above the watermark at `version` (event_date, event_id, event_time);
-        `newest_ms` bounds their event times."""
+        """From bronze's rows above the watermark at `version`; `newest_ms` bounds their event
+        times."""
         self.clear()
-        ids = bronze_above.groupBy(*ID_COLUMNS).agg(F.max("event_time").alias(NEWEST))
-        self.chunks = [_Chunk(ids.localCheckpoint(eager=True), newest_ms)]
+        chunk = bronze_above.select(*CHUNK_COLUMNS).localCheckpoint(eager=True)
+        self.chunks = [_Chunk(chunk, newest_ms)]
         self.version = version
 
     def lookup(self, watermark_ms: int) -> DataFrame | None:
         """(event_date, event_id) held above `watermark_ms`; None when nothing is held."""
-        live = [c.frame.select(*ID_COLUMNS, NEWEST) for c in self.chunks
-                if c.newest_ms > watermark_ms]
+        live = [c.frame for c in self.chunks if c.newest_ms > watermark_ms]
         if not live:
             return None
         frame = live[0]
         for more in live[1:]:
             frame = frame.unionByName(more)
-        return frame.where(F.col(NEWEST) > F.timestamp_millis(F.lit(watermark_ms))).select(
+        return frame.where(F.col("event_time") > F.timestamp_millis(F.lit(watermark_ms))).select(
             *ID_COLUMNS)
 
     def advance(self, version: int, chunk: DataFrame | None, newest_ms: int | None,

@@ -19,7 +19,7 @@ from contextlib import ExitStack
 
 from confluent_kafka import KafkaException
 
-from lakehouse.kafka_admin import ensure_topic, topic_offsets
+from lakehouse.kafka_admin import PartitionOffsets, ensure_topic, topic_offsets
 from lakehouse.settings import Settings, spark_interval
 from spark_jobs.checkpoint import INGEST_QUERY
 from spark_jobs.lock import CheckpointBusy, checkpoint_lock
@@ -107,12 +107,12 @@ class _Bookkeeping:
         self.last_record = time.monotonic()
 
 
-def _topic_ends(settings) -> dict[int, int] | None:
-    """The topic's end offsets for the progress rows (the lag), or None while no broker answers:
+def _topic_ends(settings) -> list[PartitionOffsets] | None:
+    """The topic's offsets for the progress rows (the lag), or None while no broker answers:
     the queries ride out a broker outage (the Kafka source retries), so the bookkeeping must not
     be what stops the service."""
     try:
-        return {p.partition: p.latest for p in topic_offsets(settings)}
+        return topic_offsets(settings)
     except KafkaException as exc:
         print(f"warning: topic end offsets unavailable, progress recorded without lag: {exc}",
               file=sys.stderr, flush=True)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
@@ -41,7 +42,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from lakehouse import delta_log
-from lakehouse.kafka_admin import topic_offsets
+from lakehouse.kafka_admin import topic_id, topic_offsets
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.checkpoint import INGEST_QUERY
@@ -49,7 +50,7 @@ from spark_jobs.counting import ARRIVAL_ORDER
 from spark_jobs.lock import checkpoint_lock
 from spark_jobs.parse import VALID_COLUMNS, classify, quarantine_projection
 from spark_jobs.progress import record_progress
-from spark_jobs.recent_ids import NEWEST, RecentIds, free_checkpointed
+from spark_jobs.recent_ids import CHUNK_COLUMNS, RecentIds, free_checkpointed
 from spark_jobs.tables import (
     BRONZE,
     LATE,
@@ -65,6 +66,7 @@ from spark_jobs.windows import aggregate_windows, window_of
 
 WINDOW_KEYS = ("event_date", "window_start", "key")
 COMMIT_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 ADDITIVE = ("event_count", "value_sum", "event_fingerprint")
 
 
@@ -87,6 +89,7 @@ class _Query:
 
     spark: SparkSession
     checkpoint: str
+    topic_id: str | None = None
     _app_id: str | None = field(default=None)
     recent: RecentIds = field(default_factory=RecentIds)
 
@@ -102,19 +105,61 @@ class _Query:
 # ---------------------------------------------------------------------------------------------
 # Where the query starts, and its source
 # ---------------------------------------------------------------------------------------------
-def starting_offsets(settings: Settings) -> str:
-    """Where a query with a new checkpoint starts: the earliest retained offset for a new
-    instance (nothing produced before the first run is skipped), or, when bronze already holds
-    records, the Kafka position stamped on its newest stream commit. So a reset or lost
-    checkpoint never ingests a record twice: bronze stays unique on (topic, partition, offset).
-    Ignored by Spark once the checkpoint has offsets."""
+class TopicReplaced(RuntimeError):
+    """The topic bronze was ingested from is gone, and one of the same name stands in its
+    place: its offsets start again, so records at offsets bronze already holds would be
+    skipped."""
+
+
+def check_topic(settings: Settings) -> str | None:
+    """The topic's id, checked against the one stamped on bronze's newest stream commit (a
+    stream commit without one, from an older release, is taken as it is)."""
+    current = topic_id(settings)
+    if current is None:
+        raise RuntimeError(f"topic {settings.events_topic!r} does not exist")
+    previous = newest_stream_commit(settings)
+    if previous is not None and previous.topic_id and previous.topic_id != current:
+        raise TopicReplaced(
+            f"topic {settings.events_topic!r} was deleted and re-created: its id is now {current}, "
+            f"bronze (version {previous.version}) was ingested from topic id {previous.topic_id}. "
+            "Its offsets restart at 0, so the stream would skip records at offsets bronze "
+            "already holds. Refusing to start: ingest the new topic into a new LAKEHOUSE_ROOT, "
+            "or restore the old topic.")
+    return current
+
+
+def start_positions(settings: Settings) -> dict[int, int | None]:
+    """Where a query with a new checkpoint starts, per partition: the Kafka position stamped on
+    bronze's newest stream commit, else (None: a new instance, a partition the stream has not
+    read) the earliest retained offset. So a reset or lost checkpoint never ingests a record
+    twice and misses none produced meanwhile."""
     position = newest_stream_commit(settings)
-    if position is None or not position.end_offsets:
+    ends = position.end_offsets if position is not None else {}
+    return {p: ends.get(p) for p in sorted({*ends, *(o.partition for o in topic_offsets(settings))})}
+
+
+def starting_offsets(positions: dict[int, int | None], settings: Settings) -> str:
+    """`startingOffsets` for a new checkpoint (-2: the earliest retained offset); Spark ignores
+    it once the checkpoint has offsets."""
+    if not positions:
         return "earliest"
-    # -2 = earliest for a partition the stream has not read yet.
-    offsets = {str(p): position.end_offsets.get(p, -2)
-               for p in {*position.end_offsets, *[o.partition for o in topic_offsets(settings)]}}
-    return json.dumps({settings.events_topic: offsets})
+    return json.dumps({settings.events_topic: {
+        str(p): -2 if o is None else o for p, o in positions.items()}})
+
+
+def drop_orphans(spark: SparkSession, settings: Settings, positions: dict[int, int | None]) -> None:
+    """Before a new checkpoint's first batch: delete the quarantine and late rows at or beyond
+    the start positions (all of a partition no stream commit has read). They can only be
+    orphans of a batch that crashed before its bronze commit (bronze's commit is a batch's last
+    append, and it stamps the position), and the new checkpoint reads those records again under
+    new tags: without this they would land twice."""
+    if not positions:
+        return
+    beyond = " OR ".join(f"(partition = {p}" + ("" if o is None else f" AND offset >= {o}") + ")"
+                         for p, o in positions.items())
+    for table in (QUARANTINE, LATE):
+        (DeltaTable.forPath(spark, settings.table_path(table.name))
+         .delete(f"topic = '{settings.events_topic}' AND ({beyond})"))
 
 
 def kafka_source(spark: SparkSession, settings: Settings, start: str = "earliest") -> DataFrame:
@@ -158,20 +203,18 @@ def late_projection(valid: DataFrame, settings: Settings, watermark_ms: int,
 
 def first_copies(events: DataFrame) -> DataFrame:
     """One row per (event_date, event_id): the first copy by broker time, then log position
-    (the order corrections and the replay use), with a hash aggregate instead of a sort; and the
-    event time of its newest copy (what a later batch's lookup of bronze would filter on)."""
+    (the order corrections and the replay use), with a hash aggregate instead of a sort."""
     first = F.min(F.struct(*ARRIVAL_ORDER, "key", "event_time", "value")).alias("f")
-    return events.groupBy("event_date", "event_id").agg(
-        first, F.max("event_time").alias(NEWEST)).select(
-        "event_date", "event_id", "f.key", "f.event_time", "f.value", NEWEST)
+    return events.groupBy("event_date", "event_id").agg(first).select(
+        "event_date", "event_id", "f.key", "f.event_time", "f.value")
 
 
-def counted_events(firsts: DataFrame, earlier: DataFrame | None) -> DataFrame:
-    """The on-time events that count: the first copy of each event_id in the batch (`firsts`),
-    unless an earlier batch already ingested a copy still above the watermark (`earlier`:
-    event_date, event_id). A copy at or below the watermark cannot have a counted twin: its
-    twin is late too (a re-sent event keeps its event time)."""
-    firsts = firsts.drop(NEWEST)
+def counted_events(on_time: DataFrame, earlier: DataFrame | None) -> DataFrame:
+    """The on-time events that count: the first copy of each event_id in the batch, unless an
+    earlier batch already ingested a copy still above the watermark (`earlier`: event_date,
+    event_id). A copy at or below the watermark cannot have a counted twin: its twin is late too
+    (a re-sent event keeps its event time)."""
+    firsts = first_copies(on_time)
     if earlier is None:
         return firsts
     return firsts.join(earlier, ["event_date", "event_id"], "left_anti")
@@ -262,6 +305,9 @@ def merge_aggregates(spark: SparkSession, settings: Settings, deltas: DataFrame 
         source = source.unionByName(more, allowMissingColumns=True)
     _label(spark, "aggregates")
     spark.conf.set(COMMIT_METADATA, batch_tag(commit.query, batch_id))
+    # The source is deterministic (checkpointed deltas, a pinned read of the target): Delta's
+    # own copy of it (an extra job per batch, as the source is not a pure Delta scan) buys nothing.
+    spark.conf.set(MATERIALIZE_SOURCE, "none")
     try:
         now = F.current_timestamp()
         added = {c: F.col(f"t.{c}") + F.col(f"s.{c}") for c in ADDITIVE}
@@ -294,6 +340,7 @@ def merge_aggregates(spark: SparkSession, settings: Settings, deltas: DataFrame 
         )
     finally:
         spark.conf.unset(COMMIT_METADATA)
+        spark.conf.unset(MATERIALIZE_SOURCE)
 
 
 def _bronze_above(spark: SparkSession, settings: Settings, version: int,
@@ -307,16 +354,16 @@ def _bronze_above(spark: SparkSession, settings: Settings, version: int,
             .select("event_date", "event_id", "event_time"))
 
 
-def _window_deltas(spark: SparkSession, settings: Settings, recent: RecentIds, firsts: DataFrame,
-                   previous: StreamCommit | None, earlier_version: int,
+def _window_deltas(spark: SparkSession, settings: Settings, recent: RecentIds,
+                   on_time: DataFrame, previous: StreamCommit | None, earlier_version: int,
                    watermark_ms: int) -> DataFrame:
-    """The batch's window deltas (persisted): its first copies less the ids an earlier batch
-    landed above the watermark, looked up in the recent ids (rebuilt from bronze when they do not
-    stand for the previous stream commit) or, for a re-run batch, in bronze itself."""
+    """The batch's window deltas (locally checkpointed): its first copies less the ids an
+    earlier batch landed above the watermark, looked up in the recent ids (rebuilt from bronze
+    when they do not stand for the previous stream commit) or, for a re-run batch, in bronze."""
     def deltas(earlier: DataFrame | None) -> DataFrame:
-        out = aggregate_windows(counted_events(firsts, earlier), settings).persist()
-        out.count()
-        return out
+        # Cut from its lineage: the MERGE then needs no copy of its source of its own.
+        return aggregate_windows(counted_events(on_time, earlier), settings).localCheckpoint(
+            eager=True)
 
     if earlier_version < 0:
         return deltas(None)
@@ -335,6 +382,35 @@ def _window_deltas(spark: SparkSession, settings: Settings, recent: RecentIds, f
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")
+
+
+# One thread beside the stream's: a batch's dedup overlaps its appends (2 cores spend much of a
+# small batch waiting on the driver's commit work, not computing).
+_DEDUP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-dedup")
+
+
+def _local_properties(spark: SparkSession):
+    return spark.sparkContext._jsc.sc().getLocalProperties().clone()
+
+
+def _dedup_step(spark: SparkSession, settings: Settings, recent: RecentIds, on_time: DataFrame,
+                previous: StreamCommit | None, earlier_version: int, watermark_ms: int,
+                properties) -> tuple[DataFrame, DataFrame]:
+    """(window deltas, the batch's chunk of recent ids), both locally checkpointed. Runs with
+    the stream thread's local properties (its job group: stopping the query cancels it too)."""
+    spark.sparkContext._jsc.sc().setLocalProperties(properties)
+    _label(spark, "dedup")
+    chunk = None
+    try:
+        chunk = on_time.select(*CHUNK_COLUMNS).localCheckpoint(eager=True)
+        return _window_deltas(spark, settings, recent, on_time, previous, earlier_version,
+                              watermark_ms), chunk
+    except BaseException:
+        if chunk is not None:
+            free_checkpointed(chunk)
+        raise
+    finally:
+        spark.sparkContext.setJobDescription(None)
 
 
 def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int], None]:
@@ -362,7 +438,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
         _label(spark, "classify")
         # `batch` is already classified (in the query's plan: built once, not per batch).
         classified = batch.persist()
-        deltas = None
+        deltas = chunk = dedup = None
         try:
             valid = classified.where(F.col("reason").isNull()).select(*VALID_COLUMNS)
             is_valid, is_late = F.col("reason").isNull(), F.col("event_time") <= wm
@@ -379,17 +455,16 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 version=-1, end_offsets={int(p): int(o) for p, o in ends.items()},
                 query=app, batch_id=batch_id, watermark_ms=watermark_ms,
                 next_watermark_ms=next_watermark_ms(watermark_ms, facts.newest_ms, settings),
-                late=facts.late, quarantined=facts.bad)
+                late=facts.late, quarantined=facts.bad, topic_id=query.topic_id)
 
             dates: list[date] = []
-            firsts = None
             if facts.on_time:
-                _label(spark, "dedup")
-                # Cut from its lineage: it also becomes the batch's chunk of the recent ids.
-                firsts = first_copies(valid.where(~is_late)).localCheckpoint(eager=True)
-                deltas = _window_deltas(spark, settings, query.recent, firsts, previous,
-                                        earlier_version, watermark_ms)
                 dates = _dates_between(facts.first_date, facts.last_date)
+                # The dedup and window deltas run beside the appends (on the dedup thread): the
+                # lookup reads bronze, if at all, at the version before this batch.
+                dedup = _DEDUP.submit(_dedup_step, spark, settings, query.recent,
+                                      valid.where(~is_late), previous, earlier_version,
+                                      watermark_ms, _local_properties(spark))
 
             if done is None:
                 tag = batch_tag(app, batch_id)
@@ -408,10 +483,14 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 if commit is None:
                     raise RuntimeError(f"bronze commit of ingest batch {batch_id} not found "
                                        "after appending it: another writer on bronze?")
-                if previous is None or query.recent.holds(previous.version):
-                    query.recent.advance(commit.version, firsts, facts.newest_ms,
-                                         commit.next_watermark_ms)
-                    firsts = None  # the index owns it now
+            if dedup is not None:
+                deltas, chunk = dedup.result()
+            if done is None and previous is None:
+                query.recent.clear()  # bronze's first stream commit: nothing before it counts
+            if done is None and (previous is None or query.recent.holds(previous.version)):
+                query.recent.advance(commit.version, chunk, facts.newest_ms,
+                                     commit.next_watermark_ms)
+                chunk = None  # the index owns it now
             if earlier_version < 0 and deltas is not None:
                 # The stream's first batch: nothing to add to or finalize, an append suffices.
                 _label(spark, "aggregates")
@@ -420,10 +499,14 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
             else:
                 merge_aggregates(spark, settings, deltas, dates, commit, batch_id)
         finally:
-            if deltas is not None:
-                deltas.unpersist()
-            if firsts is not None:
-                free_checkpointed(firsts)
+            if dedup is not None and deltas is None:  # failed before its result was taken
+                try:
+                    deltas, chunk = dedup.result()
+                except Exception:  # noqa: BLE001 - the batch fails with the first error
+                    pass
+            for frame in (deltas, chunk):
+                if frame is not None:
+                    free_checkpointed(frame)
             classified.unpersist()
             spark.sparkContext.setJobDescription(None)
 
@@ -435,14 +518,19 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
     """Start the ingest query. `recent`: the caller's recent-id index, kept across restarts
     (it checks itself against bronze) and cleared by the caller when done."""
     ensure_tables(spark, settings)
+    topic = check_topic(settings)
     checkpoint = settings.checkpoint_path(INGEST_QUERY)
     fresh = ckpt.last_committed_batch(spark, checkpoint) is None and ckpt.batch_offsets(
         spark, checkpoint, 0) is None
+    start = "earliest"
+    if fresh:
+        positions = start_positions(settings)
+        drop_orphans(spark, settings, positions)
+        start = starting_offsets(positions, settings)
     writer = (
-        classify(kafka_source(spark, settings, starting_offsets(settings) if fresh else "earliest"),
-                 settings)
+        classify(kafka_source(spark, settings, start), settings)
         .writeStream.queryName(INGEST_QUERY)
-        .foreachBatch(ingest_batch(settings, _Query(spark, checkpoint,
+        .foreachBatch(ingest_batch(settings, _Query(spark, checkpoint, topic,
                                                     recent=recent or RecentIds())))
         .option("checkpointLocation", checkpoint)
     )
@@ -479,8 +567,7 @@ def run_available_now(spark: SparkSession, settings: Settings) -> list[dict]:
                         raise
         finally:
             recent.clear()
-    ends = {p.partition: p.latest for p in topic_offsets(settings)}
-    record_progress(spark, settings, INGEST_QUERY, progresses, ends)
+    record_progress(spark, settings, INGEST_QUERY, progresses, topic_offsets(settings))
     return progresses
 
 

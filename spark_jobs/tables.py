@@ -218,13 +218,14 @@ class StreamCommit:
     next_watermark_ms: int = 0  # after the batch: max(watermark, newest event time - delay)
     late: int = 0  # the batch's valid events at or below the watermark (its late_events rows)
     quarantined: int = 0
+    topic_id: str | None = None  # the Kafka topic's id: offsets mean nothing in a re-created one
 
     def metadata(self) -> str:
         return INGEST_TAG + json.dumps({
             "kafka_end_offsets": {str(p): o for p, o in sorted(self.end_offsets.items())},
             "query": self.query, "batch_id": self.batch_id,
             "watermark_ms": self.watermark_ms, "next_watermark_ms": self.next_watermark_ms,
-            "late": self.late, "quarantined": self.quarantined,
+            "late": self.late, "quarantined": self.quarantined, "topic_id": self.topic_id,
         }, sort_keys=True)
 
     @staticmethod
@@ -240,7 +241,7 @@ class StreamCommit:
                 commit["version"], {int(p): int(o) for p, o in d["kafka_end_offsets"].items()},
                 at, d.get("query"), d.get("batch_id"), int(d.get("watermark_ms") or 0),
                 int(d.get("next_watermark_ms") or 0), int(d.get("late") or 0),
-                int(d.get("quarantined") or 0))
+                int(d.get("quarantined") or 0), d.get("topic_id"))
         if meta.startswith(BRONZE_POSITION_TAG):
             offsets = json.loads(meta[len(BRONZE_POSITION_TAG):])
             return StreamCommit(commit["version"], {int(p): int(o) for p, o in offsets.items()}, at)

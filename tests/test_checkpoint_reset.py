@@ -2,6 +2,7 @@
 the Kafka position stamped on bronze's newest stream commit, so bronze stays unique on
 (topic, partition, offset) and nothing produced meanwhile is missed."""
 
+import re
 import shutil
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -38,3 +39,83 @@ def test_a_new_checkpoint_resumes_at_bronze_position(instance_env, spark):
     after = positions(settings, "bronze_events") + positions(settings, "quarantined_events")
     assert max(after.values()) == 1  # no record twice
     assert sum(after.values()) == len(first) + len(second)  # and none missed
+
+
+@pytest.mark.slow
+def test_a_batch_that_crashed_before_bronze_lands_once_after_a_checkpoint_reset(
+        instance_env, spark, monkeypatch):
+    """The batch's quarantine and late appends committed, then it died before its bronze commit
+    (the batch's last append); the checkpoint is then lost. The new checkpoint starts at bronze's
+    position and reads the batch again: its quarantined and late records land once, not twice."""
+    settings = instance_env
+    ensure_topic(settings)
+    end = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    first, second = (generate(GeneratorConfig(
+        count=300, seed=s, end=end + timedelta(minutes=s), span=timedelta(minutes=20), keys=3,
+        late_fraction=0.1, malformed_fraction=0.1)).records for s in (1, 2))
+    produce(settings, first)
+    stream.run_available_now(spark, settings)
+    quarantined_before = sum(positions(settings, "quarantined_events").values())
+
+    produce(settings, second)
+    real_append = stream._append
+
+    def crash_at_bronze(df, settings_, table, metadata):
+        if table == "bronze_events":
+            raise RuntimeError("killed before the bronze commit")
+        real_append(df, settings_, table, metadata)
+
+    monkeypatch.setattr(stream, "_append", crash_at_bronze)
+    with pytest.raises(Exception, match="killed before the bronze commit"):
+        stream.run_available_now(spark, settings)
+    monkeypatch.setattr(stream, "_append", real_append)
+    # The crashed batch's quarantine rows did commit.
+    assert sum(positions(settings, "quarantined_events").values()) > quarantined_before
+
+    shutil.rmtree(settings.checkpoint_path(stream.INGEST_QUERY))  # and the checkpoint is lost
+    stream.run_available_now(spark, settings)
+
+    everything = positions(settings, "bronze_events") + positions(settings, "quarantined_events")
+    assert max(everything.values()) == 1
+    assert sum(everything.values()) == len(first) + len(second)
+    late = positions(settings, "late_events")
+    assert late and max(late.values()) == 1
+
+
+@pytest.mark.slow
+def test_a_deleted_and_recreated_topic_is_refused_naming_the_topic_id(instance_env, spark):
+    """Offsets of a re-created topic start at 0 again: once it is refilled past the old offsets,
+    resuming at bronze's position would skip its early records silently. The stream refuses."""
+    import time
+
+    from lakehouse.kafka_admin import admin, topic_id
+
+    settings = instance_env
+    ensure_topic(settings)
+    end = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    records = generate(GeneratorConfig(count=100, seed=1, end=end, span=timedelta(minutes=10),
+                                       keys=3)).records
+    produce(settings, records)
+    stream.run_available_now(spark, settings)
+    old_id = topic_id(settings)
+
+    admin(settings).delete_topics([settings.events_topic])[settings.events_topic].result(30)
+    deadline = time.monotonic() + 60
+    while topic_id(settings) is not None:  # deletion is asynchronous on the broker
+        assert time.monotonic() < deadline, "topic not deleted"
+        time.sleep(0.2)
+    while True:  # re-created as soon as the broker has forgotten the old one
+        try:
+            ensure_topic(settings)
+            break
+        except Exception:  # noqa: BLE001 - "marked for deletion" for a moment
+            assert time.monotonic() < deadline, "topic not re-created"
+            time.sleep(0.2)
+    produce(settings, records + records)  # past the old offsets
+    new_id = topic_id(settings)
+    assert new_id != old_id
+    before = read(settings, "bronze_events").num_rows
+    with pytest.raises(stream.TopicReplaced,
+                       match=f"id is now {re.escape(new_id)}.*topic id {re.escape(old_id)}"):
+        stream.run_available_now(spark, settings)
+    assert read(settings, "bronze_events").num_rows == before

@@ -5,8 +5,8 @@ commit, and the late lane holds exactly the events at or below it; a clean batch
 Delta commits."""
 
 from collections import Counter
-from decimal import Decimal
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 from lakehouse import delta_log
@@ -116,7 +116,7 @@ def test_copies_in_later_batches_of_one_run_count_once(instance_env, spark):
     ensure_topic(settings)
     at = (datetime.now(UTC) - timedelta(minutes=2)).isoformat(timespec="milliseconds")
     producer = Producer(settings.client_config)
-    for copy in range(2):
+    for _copy in range(2):
         for i in range(300):
             producer.produce(settings.events_topic, key=f"k{i % 3}", value=json.dumps(
                 {"event_id": f"e-{i}", "key": f"k{i % 3}", "event_time": at,
