@@ -9,19 +9,26 @@ such overrides change where a run reads and writes, never the definitions themse
 
 from __future__ import annotations
 
-from dataclasses import replace
+import os
+import re
 from typing import Any
 
 from dagster import ConfigurableResource
 from dagster_pyspark import LazyPySparkResource
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, field_validator
 from pyspark.sql import SparkSession
 
-from lakehouse.settings import Settings
+from lakehouse.settings import Settings, SettingsError
+
+# Credentials among the Kafka options: they belong to the environment's brokers.
+_CREDENTIALS = ("sasl.password", "sasl.jaas.config", "ssl.key.password",
+                "ssl.keystore.password", "ssl.truststore.password", "sasl.oauthbearer")
 
 
 class LakehouseResource(ConfigurableResource):
-    """The typed settings (env vars, DESIGN §7); fields here override them (tests, UI)."""
+    """The typed settings (env vars, DESIGN §7); fields here override them (tests, UI). An
+    override goes through the same validation as the environment, and a run config cannot send
+    the environment's Kafka credentials to another broker."""
 
     lakehouse_root: str | None = None
     events_topic: str | None = None
@@ -29,13 +36,26 @@ class LakehouseResource(ConfigurableResource):
 
     @property
     def settings(self) -> Settings:
+        overrides = {"LAKEHOUSE_ROOT": self.lakehouse_root, "EVENTS_TOPIC": self.events_topic,
+                     "KAFKA_BOOTSTRAP_SERVERS": self.kafka_bootstrap_servers}
         base = Settings.from_env()
-        overrides = {
-            "lakehouse_root": self.lakehouse_root,
-            "events_topic": self.events_topic,
-            "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
-        }
-        return replace(base, **{k: v for k, v in overrides.items() if v is not None})
+        settings = Settings.from_env(
+            {**os.environ, **{k: v for k, v in overrides.items() if v is not None}})
+        if (settings.kafka_bootstrap_servers != base.kafka_bootstrap_servers
+                and any(k.startswith(_CREDENTIALS) for k in base.kafka_options)):
+            raise SettingsError(
+                "kafka_bootstrap_servers may not be overridden per run while Kafka credentials "
+                "are configured (KAFKA_SASL_*/KAFKA_SSL_*): they belong to "
+                "KAFKA_BOOTSTRAP_SERVERS' brokers; change the environment instead")
+        return settings
+
+
+# What a run's `spark_config` may set: sizes and parallelism. Everything else (class paths, jars,
+# Java options, the catalog, credentials) comes from the deployment's environment only.
+SPARK_CONFIG_ALLOWED = re.compile(
+    r"^spark\.(executor\.(memory|cores|instances|memoryOverhead)|driver\.(memory|maxResultSize)"
+    r"|cores\.max|default\.parallelism|sql\.shuffle\.partitions"
+    r"|sql\.adaptive\.[A-Za-z.]+|sql\.files\.maxPartitionBytes|task\.cpus)$")
 
 
 DEFAULT_LAKEHOUSE = LakehouseResource()
@@ -53,6 +73,17 @@ class SparkResource(LazyPySparkResource):
         description="Extra Spark settings for the run, on top of the pipeline's own "
                     "(spark_jobs.session.spark_conf).")
     _session: SparkSession | None = PrivateAttr(default=None)
+
+    @field_validator("spark_config")
+    @classmethod
+    def _allowed_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
+        refused = sorted(k for k in value if not SPARK_CONFIG_ALLOWED.match(k))
+        if refused:
+            raise ValueError(
+                f"spark_config may not set {', '.join(refused)}: a run may size Spark "
+                "(executor/driver memory and cores, shuffle partitions, adaptive execution), "
+                "anything else comes from the deployment's SPARK_CONF_* environment")
+        return value
 
     @property
     def spark_session(self) -> SparkSession:

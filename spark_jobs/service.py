@@ -27,7 +27,13 @@ from spark_jobs.metrics import serving
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import RecentIds
 from spark_jobs.session import get_spark
-from spark_jobs.stream import MAX_RESTARTS, Trigger, is_known_restart_bug, start_ingest
+from spark_jobs.stream import (
+    MAX_RESTARTS,
+    TopicReplaced,
+    Trigger,
+    is_known_restart_bug,
+    start_ingest,
+)
 
 PROGRESS_EVERY_S = 30.0  # stream_progress bookkeeping: at most one commit per this long
 
@@ -126,7 +132,7 @@ def main() -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         return serve(settings, stop)
-    except CheckpointBusy as exc:
+    except (CheckpointBusy, TopicReplaced) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -141,3 +141,38 @@ def test_spark_pass_through_and_driver_host():
     assert conf["spark.driver.host"] == "10.1.2.3"
     assert not s.shuffle_partitions_explicit
     assert Settings.from_env({"SPARK_SHUFFLE_PARTITIONS": "6"}).shuffle_partitions_explicit
+
+
+def test_run_config_overrides_are_validated_like_the_environment(monkeypatch):
+    from assets.resources import LakehouseResource
+
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "kafka-a:9092")
+    assert LakehouseResource(events_topic="meters").settings.events_topic == "meters"
+    with pytest.raises(SettingsError, match="EVENTS_TOPIC"):
+        _ = LakehouseResource(events_topic="no spaces/allowed").settings
+    with pytest.raises(SettingsError, match="KAFKA_BOOTSTRAP_SERVERS"):
+        _ = LakehouseResource(kafka_bootstrap_servers="not a broker").settings
+    # Without credentials a run may use another broker (tests, a local stack)...
+    assert LakehouseResource(kafka_bootstrap_servers="kafka-b:9092").settings \
+        .kafka_bootstrap_servers == "kafka-b:9092"
+    # ...with them it may not: they would be sent to it.
+    monkeypatch.setenv("KAFKA_SASL_PASSWORD", "s3cr3t-pw")
+    monkeypatch.setenv("KAFKA_SASL_MECHANISM", "PLAIN")
+    with pytest.raises(SettingsError, match="may not be overridden") as refused:
+        _ = LakehouseResource(kafka_bootstrap_servers="evil:9092").settings
+    assert "s3cr3t-pw" not in str(refused.value)
+    assert LakehouseResource(events_topic="meters").settings.kafka_bootstrap_servers == "kafka-a:9092"
+
+
+def test_spark_config_of_a_run_is_limited_to_sizes():
+    from pydantic import ValidationError
+
+    from assets.resources import LakehouseResource, SparkResource
+
+    ok = SparkResource(lakehouse=LakehouseResource(),
+                       spark_config={"spark.executor.memory": "2g",
+                                     "spark.sql.shuffle.partitions": "8"})
+    assert ok.spark_config["spark.executor.memory"] == "2g"
+    for key in ("spark.jars", "spark.driver.extraJavaOptions", "spark.hadoop.fs.s3a.endpoint"):
+        with pytest.raises(ValidationError, match=key.replace(".", r"\.")):
+            SparkResource(lakehouse=LakehouseResource(), spark_config={key: "x"})
