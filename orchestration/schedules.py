@@ -3,7 +3,8 @@
 - `stream_catch_up_schedule` (CATCH_UP_CRON, every 5 minutes): one availableNow catch-up; skipped
   while another catch-up is queued or running (the assets also share the `lakehouse_stream` pool).
 - `corrections_schedule` (CORRECTIONS_CRON, hourly): corrections for every date still within the
-  correction horizon that has data, as one run over the date range (single-run backfill policy).
+  correction horizon that has data, as one `reconcile_dates` run over the date range (single-run
+  backfill policy): each date is proven against a replay in that run (blocking check).
 - `verification_schedule` (VERIFICATION_CRON, daily): replay yesterday from the log and run the
   blocking proof reconciled == replay.
 - `timeline_schedule` (TIMELINE_CRON, hourly): refresh the observability timeline report.
@@ -27,7 +28,7 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from assets.resources import DEFAULT_LAKEHOUSE, LakehouseResource
 from lakehouse.table_reads import bronze_dates
 from orchestration.jobs import (
-    correct_job,
+    reconcile_job,
     stream_catch_up_job,
     table_maintenance_job,
     timeline_job,
@@ -63,9 +64,10 @@ def date_range_request(dates: list[date], run_key: str | None = None) -> RunRequ
                                              ASSET_PARTITION_RANGE_END_TAG: last})
 
 
-@schedule(cron_schedule=settings.corrections_cron, job=correct_job, execution_timezone="UTC",
+@schedule(cron_schedule=settings.corrections_cron, job=reconcile_job, execution_timezone="UTC",
           default_status=DefaultScheduleStatus.RUNNING,
-          description="Corrections for the dates within the correction horizon, in one run.")
+          description="Corrections for the dates within the correction horizon, in one run, each "
+                      "date proven against a replay of the log (blocking check) in that run.")
 def corrections_schedule(context: ScheduleEvaluationContext, lakehouse: LakehouseResource):
     s = lakehouse.settings
     today = tick_date(context)

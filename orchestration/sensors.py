@@ -5,6 +5,9 @@
   correction horizon; one run per date, keyed by the date and the table version it covers, so a
   re-evaluation never requests the same work twice. It follows the table's Delta versions (files
   added since the last tick), not its rows. Nothing new, nothing requested.
+  The run is `reconcile_dates`: corrections, the replay and the blocking proof for each date.
+- `prove_corrected_dates`: a successful `correct_dates` run (launched by hand) is followed by
+  `verify_dates` for the same dates, so no date corrections publish goes unproven.
 - `topic_observation_sensor`: records an observation of `raw_events` (offsets, lag, rate,
   retention) every minute without launching a run.
 - `freshness_checks_sensor`: evaluates the freshness checks of `assets.freshness`.
@@ -17,13 +20,21 @@ from datetime import UTC, date, datetime
 import pyarrow as pa
 from dagster import (
     AssetObservation,
+    DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
+    RunStatusSensorContext,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
     build_sensor_for_freshness_checks,
+    run_status_sensor,
     sensor,
+)
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    PARTITION_NAME_TAG,
 )
 
 from assets.freshness import freshness_checks
@@ -31,7 +42,7 @@ from assets.observations import topic_metadata
 from assets.resources import LakehouseResource
 from lakehouse.delta_log import open_table
 from lakehouse.settings import Settings
-from orchestration.jobs import correct_job
+from orchestration.jobs import correct_job, reconcile_job, verify_job
 
 
 def new_late_dates(settings: Settings, after_version: int | None, now: datetime
@@ -67,8 +78,10 @@ def _partition_by_file(table) -> dict[str, str]:
                                       actions["partition.event_date"]), strict=True))
 
 
-@sensor(job=correct_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING,
-        description="Corrections for the dates that received new late events.")
+@sensor(job=reconcile_job, minimum_interval_seconds=60,
+        default_status=DefaultSensorStatus.RUNNING,
+        description="Corrections for the dates that received new late events, each proven "
+                    "against a replay of the log in the same run (blocking check).")
 def late_data_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
     """Cursor: `v<version>` of `late_events` last looked at (any other cursor, such as the
     older timestamp form, starts over: corrections are idempotent)."""
@@ -93,8 +106,26 @@ def topic_observation_sensor(context: SensorEvaluationContext, lakehouse: Lakeho
     return SensorResult(asset_events=[AssetObservation(asset_key="raw_events", metadata=metadata)])
 
 
+@run_status_sensor(run_status=DagsterRunStatus.SUCCESS, monitored_jobs=[correct_job],
+                   request_job=verify_job, default_status=DefaultSensorStatus.RUNNING,
+                   description="A correct_dates run (launched by hand: the schedule and the "
+                               "late-data sensor prove in the run) is followed by the proof of "
+                               "the dates it published.")
+def prove_corrected_dates(context: RunStatusSensorContext):
+    tags = context.dagster_run.tags
+    key = f"prove-{context.dagster_run.run_id}"
+    if tags.get(PARTITION_NAME_TAG):
+        return RunRequest(run_key=key, partition_key=tags[PARTITION_NAME_TAG])
+    start, end = tags.get(ASSET_PARTITION_RANGE_START_TAG), tags.get(ASSET_PARTITION_RANGE_END_TAG)
+    if start and end:
+        return RunRequest(run_key=key, tags={ASSET_PARTITION_RANGE_START_TAG: start,
+                                             ASSET_PARTITION_RANGE_END_TAG: end})
+    return SkipReason("the run published no daily partition")
+
+
 freshness_sensor = build_sensor_for_freshness_checks(
     freshness_checks=freshness_checks, name="freshness_checks_sensor",
     default_status=DefaultSensorStatus.RUNNING)
 
-all_sensors = [late_data_sensor, topic_observation_sensor, freshness_sensor]
+all_sensors = [late_data_sensor, topic_observation_sensor, prove_corrected_dates,
+               freshness_sensor]

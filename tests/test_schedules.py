@@ -107,7 +107,7 @@ def test_late_data_sensor_requests_exactly_the_dates_with_new_late_events(root):
     result = late_data_sensor(build_sensor_context(instance=instance, resources=resources(root)))
     requests = {r.partition_key: r.run_key for r in result.run_requests}
     assert set(requests) == {yesterday.isoformat(), today.isoformat()}  # `old` is beyond the horizon
-    assert all(r.job_name in (None, "correct_dates") for r in result.run_requests)
+    assert all(r.job_name in (None, "reconcile_dates") for r in result.run_requests)
     cursor = result.cursor
     assert cursor == "v0"  # the late_events version looked at
 
@@ -133,3 +133,30 @@ def test_timeline_schedule_requests_the_report_run(root):
     assert len(data.run_requests) == 1 and data.run_requests[0].partition_key is None
     assert timeline_schedule.job_name == "report_timeline"
     assert timeline_schedule.cron_schedule == "45 * * * *"
+
+
+def test_a_correct_dates_run_is_followed_by_the_proof_of_its_dates():
+    """Whatever launches `correct_dates`, the dates it published get a `verify_dates` run."""
+    from dagster import DagsterEvent, DagsterEventType, build_run_status_sensor_context
+    from dagster._core.storage.tags import PARTITION_NAME_TAG
+
+    from orchestration.sensors import prove_corrected_dates
+
+    instance = DagsterInstance.ephemeral()
+
+    def evaluate(tags: dict):
+        run = DagsterRun(job_name="correct_dates", status=DagsterRunStatus.SUCCESS, tags=tags)
+        event = DagsterEvent(event_type_value=DagsterEventType.RUN_SUCCESS.value,
+                             job_name="correct_dates")
+        return prove_corrected_dates(build_run_status_sensor_context(
+            sensor_name="prove_corrected_dates", dagster_event=event, dagster_instance=instance,
+            dagster_run=run))
+
+    one = evaluate({PARTITION_NAME_TAG: "2026-11-20"})
+    assert one.partition_key == "2026-11-20" and one.run_key
+    several = evaluate({ASSET_PARTITION_RANGE_START_TAG: "2026-11-17",
+                        ASSET_PARTITION_RANGE_END_TAG: "2026-11-21"})
+    assert (several.tags[ASSET_PARTITION_RANGE_START_TAG],
+            several.tags[ASSET_PARTITION_RANGE_END_TAG]) == ("2026-11-17", "2026-11-21")
+    assert isinstance(evaluate({}), SkipReason)
+    assert prove_corrected_dates.job_name == "verify_dates"
