@@ -55,6 +55,17 @@ def publish(
         .distinct()
         .withColumn("has_late", F.lit(True))
     )
+    # Windows with a changelog: a window removed and later re-inserted continues its revisions
+    # (it does not restart at 0 and overwrite the changelog of its earlier life).
+    history = (
+        read_table(spark, settings, CORRECTIONS)
+        .where(F.col("event_date") == F.lit(d))
+        .groupBy(*KEY)
+        .agg(F.max("revision").alias("last_revision"),
+             # The last revision recorded the window as absent (a removal); else it recorded a
+             # re-insert whose gold MERGE failed, and a rerun reuses that revision.
+             F.max_by(F.col("after_event_count").isNull(), "revision").alias("last_removed"))
+    )
     closed = F.coalesce(F.col("n.window_end") <= wm, F.lit(False))
     diff = (
         recomputed.alias("n")
@@ -62,6 +73,11 @@ def publish(
         .join(
             F.broadcast(late_windows).alias("l"),
             [F.coalesce(F.col(f"n.{k}"), F.col(f"o.{k}")) == F.col(f"l.{k}") for k in KEY],
+            "left",
+        )
+        .join(
+            F.broadcast(history).alias("h"),
+            [F.coalesce(F.col(f"n.{k}"), F.col(f"o.{k}")) == F.col(f"h.{k}") for k in KEY],
             "left",
         )
         .select(
@@ -73,6 +89,7 @@ def publish(
             *[F.col(f"n.{m}").alias(f"after_{m}") for m in MEASURE_COLUMNS],
             F.col("o.revision").alias("old_revision"),
             F.col("o.status").alias("old_status"),
+            F.col("h.last_revision"), F.col("h.last_removed"),
             F.when(F.col("o.key").isNull(), "insert")
             .when(F.col("n.key").isNull(), "remove")
             .when(~_measures_equal("n", "o"), "change")
@@ -91,11 +108,14 @@ def publish(
         .withColumn(
             "is_correction",
             (F.col("action") == "remove")
-            | ((F.col("action") == "change") & (F.col("old_status") != "open")),
+            | ((F.col("action") == "change") & (F.col("old_status") != "open"))
+            | ((F.col("action") == "insert") & F.col("last_revision").isNotNull()),
         )
         .withColumn(
             "revision",
-            F.when(F.col("is_correction"), F.col("old_revision") + 1)
+            F.when((F.col("action") == "insert") & F.col("last_revision").isNotNull(),
+                   F.col("last_revision") + F.when(F.col("last_removed"), 1).otherwise(0))
+            .when(F.col("is_correction"), F.col("old_revision") + 1)
             .otherwise(F.coalesce(F.col("old_revision"), F.lit(0)))
             .cast("int"),
         )
