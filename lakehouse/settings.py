@@ -98,6 +98,10 @@ class Settings:
     max_event_bytes: int = 65536
     shuffle_partitions: int = 4
     max_offsets_per_trigger: int = 2_000_000
+    # Records retention deleted before the stream read them: "fail" (refuse to start, naming the
+    # ranges) or "skip_and_record" (record the ranges in `skipped_offsets`, go on from the
+    # earliest retained offset; the dates they may belong to are never proven).
+    on_data_loss: str = "fail"
     topic_partitions: int = 4
     topic_replication_factor: int = 0  # 0: 3 on a cluster of >= 3 brokers, else 1
     stream_trigger_interval: timedelta = timedelta(seconds=10)
@@ -150,6 +154,10 @@ class Settings:
                 raise SettingsError(f"{name}={raw!r} must be a 5-field cron expression (UTC)")
             return raw
 
+        on_data_loss = get("ON_DATA_LOSS", d.on_data_loss)
+        if on_data_loss not in ("fail", "skip_and_record"):
+            raise SettingsError(
+                f"ON_DATA_LOSS={on_data_loss!r} must be 'fail' or 'skip_and_record'")
         policy = get("TIMESTAMP_POLICY", d.timestamp_policy)
         if policy not in ("event_time", "kafka_timestamp"):
             raise SettingsError(
@@ -205,6 +213,7 @@ class Settings:
             max_offsets_per_trigger=positive_int(
                 "MAX_OFFSETS_PER_TRIGGER", d.max_offsets_per_trigger
             ),
+            on_data_loss=on_data_loss,
             stream_trigger_interval=parse_duration(
                 get("STREAM_TRIGGER_INTERVAL", "10 seconds"), "STREAM_TRIGGER_INTERVAL"
             ),

@@ -76,6 +76,28 @@ def last_committed_batch(spark: SparkSession, checkpoint: str) -> int | None:
     return max(ids) if ids else None
 
 
+def committed_position(spark: SparkSession, checkpoint: str, topic: str) -> dict[int, int]:
+    """The end offsets of the checkpoint's last committed batch: where it resumes ({} when no
+    batch committed)."""
+    last = last_committed_batch(spark, checkpoint)
+    found = batch_offsets(spark, checkpoint, last) if last is not None else None
+    if found is None or not found.sources or not found.sources[0]:
+        return {}
+    return {int(p): int(o) for p, o in (found.sources[0].get(topic) or {}).items()}
+
+
+def move_aside(spark: SparkSession, checkpoint: str, suffix: str) -> str:
+    """Rename the checkpoint to `<checkpoint>.<suffix>` (kept for inspection); returns the new
+    path. The next start is a new checkpoint."""
+    jvm = spark.sparkContext._jvm
+    src = jvm.org.apache.hadoop.fs.Path(checkpoint)
+    dst = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}.{suffix}")
+    fs = src.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.rename(src, dst):
+        raise RuntimeError(f"could not move the checkpoint {checkpoint} aside")
+    return str(dst)
+
+
 def last_commit_time(spark: SparkSession, checkpoint: str) -> float | None:
     """Modification time (epoch seconds) of the newest batch commit: the checkpoint's age."""
     last = last_committed_batch(spark, checkpoint)

@@ -29,6 +29,7 @@ from spark_jobs.recent_ids import RecentIds
 from spark_jobs.session import get_spark
 from spark_jobs.stream import (
     MAX_RESTARTS,
+    DataLost,
     TopicReplaced,
     Trigger,
     is_known_restart_bug,
@@ -132,7 +133,7 @@ def main() -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         return serve(settings, stop)
-    except (CheckpointBusy, TopicReplaced) as exc:
+    except (CheckpointBusy, DataLost, TopicReplaced) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -31,7 +31,9 @@ service); both use the checkpoint under `$LAKEHOUSE_ROOT/_checkpoints/ingest`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import sys
+import time
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -55,6 +57,7 @@ from spark_jobs.tables import (
     BRONZE,
     LATE,
     QUARANTINE,
+    SKIPPED,
     STREAMING,
     StreamCommit,
     batch_of,
@@ -138,13 +141,52 @@ def start_positions(settings: Settings) -> dict[int, int | None]:
     return {p: ends.get(p) for p in sorted({*ends, *(o.partition for o in topic_offsets(settings))})}
 
 
-def starting_offsets(positions: dict[int, int | None], settings: Settings) -> str:
-    """`startingOffsets` for a new checkpoint (-2: the earliest retained offset); Spark ignores
-    it once the checkpoint has offsets."""
+def starting_offsets(positions: dict[int, int | None], settings: Settings,
+                     skipped: Collection[int] = ()) -> str:
+    """`startingOffsets` for a new checkpoint (-2: the earliest retained offset, also for the
+    `skipped` partitions); Spark ignores it once the checkpoint has offsets."""
     if not positions:
         return "earliest"
     return json.dumps({settings.events_topic: {
-        str(p): -2 if o is None else o for p, o in positions.items()}})
+        str(p): -2 if o is None or p in skipped else o for p, o in positions.items()}})
+
+
+class DataLost(RuntimeError):
+    """Retention deleted records the stream had not read yet."""
+
+
+def retention_gaps(settings: Settings, positions: dict[int, int | None]
+                   ) -> dict[int, tuple[int, int]]:
+    """Per partition, [position, earliest retained offset) when retention has passed the
+    stream's position."""
+    earliest = {o.partition: o.earliest for o in topic_offsets(settings)}
+    return {p: (o, earliest[p]) for p, o in positions.items()
+            if o is not None and p in earliest and o < earliest[p]}
+
+
+def handle_data_loss(spark: SparkSession, settings: Settings,
+                     gaps: dict[int, tuple[int, int]]) -> None:
+    """ON_DATA_LOSS=fail: refuse to start, naming the ranges. skip_and_record: record them in
+    `skipped_offsets` (once, however often the start is retried)."""
+    ranges = ", ".join(f"partition {p}: offsets {a}-{b - 1} ({b - a} records)"
+                       for p, (a, b) in sorted(gaps.items()))
+    if settings.on_data_loss != "skip_and_record":
+        raise DataLost(
+            f"retention deleted records of topic {settings.events_topic!r} before the stream "
+            f"read them: {ranges}. Nothing was skipped. To go on from the earliest retained "
+            "offsets, set ON_DATA_LOSS=skip_and_record: the ranges are recorded in "
+            "skipped_offsets, and the dates they may belong to are never reported as proven.")
+    table = settings.table_path(SKIPPED.name)
+    known = {(r.partition, r.from_offset) for r in spark.read.format("delta").load(table)
+             .where(F.col("topic") == settings.events_topic)
+             .select("partition", "from_offset").collect()}
+    now = datetime.now(UTC)
+    rows = [(settings.events_topic, p, a, b, b - a, now, now.date(), "retention")
+            for p, (a, b) in sorted(gaps.items()) if (p, a) not in known]
+    if rows:
+        spark.createDataFrame(rows, SKIPPED.ddl).write.format("delta").mode("append").save(table)
+    print(f"warning: skipped records deleted by retention ({ranges}); recorded in "
+          "skipped_offsets (ON_DATA_LOSS=skip_and_record)", file=sys.stderr, flush=True)
 
 
 def drop_orphans(spark: SparkSession, settings: Settings, positions: dict[int, int | None]) -> None:
@@ -523,10 +565,23 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
     fresh = ckpt.last_committed_batch(spark, checkpoint) is None and ckpt.batch_offsets(
         spark, checkpoint, 0) is None
     start = "earliest"
+    if not fresh:
+        gaps = retention_gaps(settings, ckpt.committed_position(
+            spark, checkpoint, settings.events_topic))
+        if gaps:
+            handle_data_loss(spark, settings, gaps)
+            # The checkpoint would resume inside the gap: a new one starts from bronze's
+            # position (the same place: bronze stamps every batch), past the gap.
+            moved = ckpt.move_aside(spark, checkpoint, f"data-loss-{int(time.time())}")
+            print(f"checkpoint moved aside to {moved}", file=sys.stderr, flush=True)
+            fresh = True
     if fresh:
         positions = start_positions(settings)
+        gaps = retention_gaps(settings, positions)
+        if gaps:
+            handle_data_loss(spark, settings, gaps)
         drop_orphans(spark, settings, positions)
-        start = starting_offsets(positions, settings)
+        start = starting_offsets(positions, settings, skipped=gaps)
     writer = (
         classify(kafka_source(spark, settings, start), settings)
         .writeStream.queryName(INGEST_QUERY)

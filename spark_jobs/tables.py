@@ -110,6 +110,16 @@ PROGRESS = Table(
     progress_date DATE NOT NULL""",
     "progress_date",
 )
+SKIPPED = Table(
+    "skipped_offsets",
+    # Offset ranges [from_offset, to_offset) the stream skipped because retention deleted them
+    # before it read them (ON_DATA_LOSS=skip_and_record): the broker times around the gap bound
+    # when they were produced; dates they may belong to are never reported as proven.
+    """topic STRING NOT NULL, partition INT NOT NULL, from_offset BIGINT NOT NULL,
+    to_offset BIGINT NOT NULL, records BIGINT NOT NULL, recorded_at TIMESTAMP NOT NULL,
+    recorded_date DATE NOT NULL, reason STRING NOT NULL""",
+    "recorded_date",
+)
 CORRECTIONS_STATE = Table(
     "corrections_state",
     # Per date: the bronze version the gold rows were last computed from, and the gold version
@@ -126,7 +136,7 @@ REPLAY_STATE = Table(
     "event_date",
 )
 ALL_TABLES = (BRONZE, QUARANTINE, STREAMING, LATE, RECONCILED, REPLAY, CORRECTIONS, PROGRESS,
-              CORRECTIONS_STATE, REPLAY_STATE)
+              CORRECTIONS_STATE, REPLAY_STATE, SKIPPED)
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:

@@ -119,3 +119,51 @@ def test_a_deleted_and_recreated_topic_is_refused_naming_the_topic_id(instance_e
                        match=f"id is now {re.escape(new_id)}.*topic id {re.escape(old_id)}"):
         stream.run_available_now(spark, settings)
     assert read(settings, "bronze_events").num_rows == before
+
+
+@pytest.mark.slow
+def test_records_retention_deleted_before_the_stream_read_them(instance_env, spark, monkeypatch):
+    """Retention passes the stream's position while it is behind. By default the stream refuses
+    to start and names the ranges; with ON_DATA_LOSS=skip_and_record it records them in
+    skipped_offsets and goes on from the earliest retained offsets, every retained record once."""
+    from confluent_kafka import TopicPartition
+
+    from lakehouse.kafka_admin import admin, topic_offsets
+
+    settings = instance_env
+    ensure_topic(settings)
+    end = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    first, second = (generate(GeneratorConfig(count=200, seed=s, end=end, span=timedelta(minutes=20),
+                                              keys=3)).records for s in (1, 2))
+    produce(settings, first)
+    stream.run_available_now(spark, settings)
+    produce(settings, second)
+    # Retention deletes the first half of what the stream has not read yet, in every partition.
+    offsets = topic_offsets(settings)
+    bronze_ends = {p: o for p, o in stream.start_positions(settings).items() if o is not None}
+    cut = {o.partition: bronze_ends[o.partition] + (o.latest - bronze_ends[o.partition]) // 2
+           for o in offsets}
+    futures = admin(settings).delete_records(
+        [TopicPartition(settings.events_topic, p, o) for p, o in cut.items()])
+    for f in futures.values():
+        f.result(30)
+    lost = sum(cut[p] - bronze_ends[p] for p in cut)
+    assert lost > 0
+
+    with pytest.raises(stream.DataLost, match="ON_DATA_LOSS=skip_and_record") as refused:
+        stream.run_available_now(spark, settings)
+    assert f"offsets {bronze_ends[0]}-{cut[0] - 1}" in str(refused.value)
+
+    monkeypatch.setenv("ON_DATA_LOSS", "skip_and_record")
+    from lakehouse.settings import Settings
+
+    skipping = Settings.from_env()
+    stream.run_available_now(spark, skipping)
+    stream.run_available_now(spark, skipping)  # a second start records nothing again
+    skipped = read(skipping, "skipped_offsets").to_pylist()
+    assert {(r["partition"], r["from_offset"], r["to_offset"]) for r in skipped} == {
+        (p, bronze_ends[p], cut[p]) for p in cut if cut[p] > bronze_ends[p]}
+    assert sum(r["records"] for r in skipped) == lost
+    everything = positions(skipping, "bronze_events") + positions(skipping, "quarantined_events")
+    assert max(everything.values()) == 1
+    assert sum(everything.values()) == len(first) + len(second) - lost
