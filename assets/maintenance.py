@@ -11,6 +11,7 @@ SCHEMA = TableSchema(columns=[
     TableColumn("table", "string"), TableColumn("dates_compacted", "int"),
     TableColumn("files_before", "int"), TableColumn("files_after", "int"),
     TableColumn("files_vacuumed", "int"), TableColumn("retention_hours", "float"),
+    TableColumn("skipped", "string"),
 ])
 
 
@@ -22,6 +23,8 @@ def compact_and_vacuum(context: OpExecutionContext, lakehouse: LakehouseResource
                        spark: SparkResource) -> Output[None]:
     done = maintain_tables(spark.session, lakehouse.settings)
     for m in done:
+        if m.skipped:
+            context.log.warning(f"{m.table}: not maintained: {m.skipped}")
         if m.dates_compacted or m.files_vacuumed:
             context.log.info(f"{m.table}: {len(m.dates_compacted)} dates compacted, "
                              f"{m.files_before} -> {m.files_after} files, "
@@ -31,7 +34,8 @@ def compact_and_vacuum(context: OpExecutionContext, lakehouse: LakehouseResource
             [TableRecord({"table": m.table, "dates_compacted": len(m.dates_compacted),
                           "files_before": m.files_before, "files_after": m.files_after,
                           "files_vacuumed": m.files_vacuumed,
-                          "retention_hours": m.retention_hours}) for m in done],
+                          "retention_hours": m.retention_hours, "skipped": m.skipped})
+             for m in done],
             schema=SCHEMA),
         "files_removed": sum(m.files_removed for m in done),
         "files_vacuumed": sum(m.files_vacuumed for m in done),

@@ -114,6 +114,9 @@ class Settings:
     # Never in the repr: they may hold credentials (SASL password, JAAS line, keys).
     spark_conf_extra: Mapping[str, str] = field(default_factory=dict, repr=False)
     kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # PostgreSQL URL of the writer locks on an object-store root (lakehouse.locks); may hold a
+    # password.
+    lock_url: str | None = field(default=None, repr=False)
     # Operations (Dagster schedules and freshness checks; cron in UTC).
     catch_up_cron: str = "*/5 * * * *"
     corrections_cron: str = "15 * * * *"
@@ -226,6 +229,7 @@ class Settings:
                 for name, value in env.items() if name.startswith("SPARK_CONF_")
             },
             kafka_options=kafka_options,
+            lock_url=get("LAKEHOUSE_LOCK_URL", "") or None,
             catch_up_cron=cron("CATCH_UP_CRON", d.catch_up_cron),
             corrections_cron=cron("CORRECTIONS_CRON", d.corrections_cron),
             verification_cron=cron("VERIFICATION_CRON", d.verification_cron),

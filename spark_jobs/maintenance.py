@@ -9,8 +9,11 @@ only where no writer can be racing it:
   (blind appends never conflict with a compaction; today is still growing);
 - `streaming_aggregates`: dates before the stream's watermark date (its MERGE and finalize
   UPDATE only touch windows at or after the watermark);
-- the daily tables: dates before today, each under the date's lock (on an object store the
-  maintenance run queues behind daily runs through Dagster's pool instead).
+- the daily tables: dates before today, each under the date's lock.
+
+On an object store Delta's log store is safe for one writing driver per table only, so the
+stream's tables are maintained only under the stream's lock (`lakehouse.locks`): while the
+stream runs they are skipped and the run says so (stop the service for a maintenance window).
 
 A compaction changes no row (`dataChange=false`): the streaming source, the change feed, the
 corrections' foreign-commit check and the metrics all skip it; its commits carry the pipeline's
@@ -33,16 +36,18 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from lakehouse.delta_log import open_table
+from lakehouse.locks import CheckpointBusy, checkpoint_lock, date_lock
 from lakehouse.settings import Settings
+from lakehouse.storage import local_path
 from lakehouse.table_stats import add_actions
-from spark_jobs.checkpoint import stream_watermark
-from spark_jobs.lock import date_lock
+from spark_jobs.checkpoint import INGEST_QUERY, stream_watermark
 from spark_jobs.tables import (
     ALL_TABLES,
     BRONZE,
     LATE,
     PROGRESS,
     QUARANTINE,
+    SKIPPED,
     STREAMING,
     Table,
     tagged_commits,
@@ -52,6 +57,8 @@ from spark_jobs.tables import (
 MIN_FILES = 10
 DEFAULT_LOG_RETENTION = timedelta(days=30)  # Delta's default delta.logRetentionDuration
 APPEND_ONLY = (BRONZE, QUARANTINE, LATE, PROGRESS)
+# Written by the stream's runner: on an object store only the holder of its lock commits to them.
+STREAM_WRITTEN = (BRONZE, QUARANTINE, LATE, PROGRESS, STREAMING, SKIPPED)
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,7 @@ class Maintained:
     files_added: int
     retention_hours: float
     files_vacuumed: int
+    skipped: str = ""  # why nothing was done (the table's writer holds its lock)
 
     @property
     def files_after(self) -> int:
@@ -115,6 +123,13 @@ def maintain_table(spark: SparkSession, settings: Settings, table: Table, today:
     removed = added = 0
     retention = log_retention(log)
     with ExitStack() as locks, tagged_commits(spark, f"maintenance:{table.name}"):
+        if table in STREAM_WRITTEN and local_path(str(settings.root)) is None:
+            # Delta's S3 log store takes one writing driver: the stream's lock, or no commit.
+            try:
+                locks.enter_context(checkpoint_lock(settings, INGEST_QUERY))
+            except CheckpointBusy as busy:
+                return Maintained(table.name, [], files, 0, 0,
+                                  retention.total_seconds() / 3600, 0, skipped=str(busy))
         if dates:
             if table not in APPEND_ONLY and table != STREAMING:
                 for d in dates:  # sorted: two maintainers cannot deadlock

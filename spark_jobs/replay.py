@@ -27,11 +27,11 @@ from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.kafka_admin import PartitionOffsets, offsets_for_time, topic_offsets
+from lakehouse.locks import date_lock
 from lakehouse.settings import Settings, day_bounds
 from lakehouse.state_rows import latest_row
 from lakehouse.topic_checks import require_log_append_time
 from spark_jobs.counting import events_for_date
-from spark_jobs.lock import date_lock
 from spark_jobs.parse import VALID_COLUMNS, classify
 from spark_jobs.tables import (
     BRONZE,

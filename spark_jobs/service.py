@@ -20,9 +20,9 @@ from contextlib import ExitStack
 from confluent_kafka import KafkaException
 
 from lakehouse.kafka_admin import PartitionOffsets, ensure_topic, topic_offsets
+from lakehouse.locks import CheckpointBusy, checkpoint_lock
 from lakehouse.settings import Settings, spark_interval
 from spark_jobs.checkpoint import INGEST_QUERY
-from spark_jobs.lock import CheckpointBusy, checkpoint_lock
 from spark_jobs.metrics import serving
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import RecentIds
@@ -47,10 +47,10 @@ def serve(settings: Settings, stop: threading.Event) -> int:
 
     def start():
         return start_ingest(spark, settings, Trigger(available_now=False, interval=interval),
-                            recent)
+                            recent, fence)
 
     with ExitStack() as held:
-        held.enter_context(checkpoint_lock(settings.root, INGEST_QUERY, spark))
+        fence = held.enter_context(checkpoint_lock(settings, INGEST_QUERY))
         # Before the query starts: the metrics count every record it commits.
         metrics = held.enter_context(serving(settings, spark))
         query = start()

@@ -45,11 +45,11 @@ from pyspark.sql.streaming import StreamingQuery
 
 from lakehouse import delta_log
 from lakehouse.kafka_admin import topic_id, topic_offsets
+from lakehouse.locks import Fence, checkpoint_lock
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.checkpoint import INGEST_QUERY
 from spark_jobs.counting import ARRIVAL_ORDER
-from spark_jobs.lock import checkpoint_lock
 from spark_jobs.parse import VALID_COLUMNS, classify, quarantine_projection
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import CHUNK_COLUMNS, RecentIds, free_checkpointed
@@ -93,6 +93,7 @@ class _Query:
     spark: SparkSession
     checkpoint: str
     topic_id: str | None = None
+    fence: Fence = field(default_factory=Fence)  # checked before every commit of a batch
     _app_id: str | None = field(default=None)
     recent: RecentIds = field(default_factory=RecentIds)
 
@@ -512,13 +513,16 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 tag = batch_tag(app, batch_id)
                 if facts.bad and not _already_appended(settings, QUARANTINE.name, app, batch_id):
                     _label(spark, "quarantine")
+                    query.fence.check()
                     bad = quarantine_projection(classified.where(~is_valid), settings)
                     _append(bad.select("*", *stamp), settings, QUARANTINE.name, tag)
                 if facts.late and not _already_appended(settings, LATE.name, app, batch_id):
                     _label(spark, "late")
+                    query.fence.check()
                     _append(late_projection(valid.where(is_late), settings, watermark_ms, batch_id),
                             settings, LATE.name, tag)
                 _label(spark, "bronze")
+                query.fence.check()
                 # Last of the appends: its commit says the batch's appends are all done.
                 _append(valid.select("*", *stamp), settings, BRONZE.name, commit.metadata())
                 commit = _bronze_commit_of(settings, app, batch_id)
@@ -533,6 +537,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 query.recent.advance(commit.version, chunk, facts.newest_ms,
                                      commit.next_watermark_ms)
                 chunk = None  # the index owns it now
+            query.fence.check()
             if earlier_version < 0 and deltas is not None:
                 # The stream's first batch: nothing to add to or finalize, an append suffices.
                 _label(spark, "aggregates")
@@ -556,9 +561,10 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
 
 
 def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
-                 recent: RecentIds | None = None) -> StreamingQuery:
-    """Start the ingest query. `recent`: the caller's recent-id index, kept across restarts
-    (it checks itself against bronze) and cleared by the caller when done."""
+                 recent: RecentIds | None = None, fence: Fence | None = None) -> StreamingQuery:
+    """Start the ingest query, under the caller's `checkpoint_lock` (`fence`: its check runs
+    before every commit). `recent`: the caller's recent-id index, kept across restarts (it
+    checks itself against bronze) and cleared by the caller when done."""
     ensure_tables(spark, settings)
     topic = check_topic(settings)
     checkpoint = settings.checkpoint_path(INGEST_QUERY)
@@ -586,6 +592,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
         classify(kafka_source(spark, settings, start), settings)
         .writeStream.queryName(INGEST_QUERY)
         .foreachBatch(ingest_batch(settings, _Query(spark, checkpoint, topic,
+                                                    fence=fence or Fence(),
                                                     recent=recent or RecentIds())))
         .option("checkpointLocation", checkpoint)
     )
@@ -608,10 +615,10 @@ def run_available_now(spark: SparkSession, settings: Settings) -> list[dict]:
     reports of its batches (also recorded in `stream_progress`, once for the run)."""
     progresses: list[dict] = []
     recent = RecentIds()
-    with checkpoint_lock(settings.root, INGEST_QUERY, spark):
+    with checkpoint_lock(settings, INGEST_QUERY) as fence:
         try:
             for attempt in range(MAX_RESTARTS + 1):
-                q = start_ingest(spark, settings, Trigger(available_now=True), recent)
+                q = start_ingest(spark, settings, Trigger(available_now=True), recent, fence)
                 try:
                     q.awaitTermination()
                     progresses += [json.loads(p.json) for p in q.recentProgress]

@@ -109,6 +109,29 @@ def run_job(name: str, instance, **kw):
     return result, checks
 
 
+@pytest.fixture(scope="session")
+def pg_lock_url():
+    """A throwaway PostgreSQL server (infra/postgres/pg.py, the cluster stack's) for the writer
+    locks of object-store roots; its URL."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    state = tempfile.mkdtemp(prefix="lakehouse-pg-test-", dir="/tmp")
+    port, password = free_port(), f"pw-{uuid.uuid4().hex[:12]}"
+    env = {**os.environ, "DAGSTER_PG_PASSWORD": password, "DAGSTER_PG_DB": "locks"}
+    cli = [sys.executable, str(REPO / "infra/postgres/pg.py")]
+    args = ["--state-dir", state, "--port", str(port)]
+    subprocess.run([*cli, "up", *args], env=env, check=True, capture_output=True, timeout=300)
+    try:
+        yield f"postgresql://dagster:{password}@127.0.0.1:{port}/locks"
+    finally:
+        subprocess.run([*cli, "down", *args], env=env, check=False, capture_output=True,
+                       timeout=120)
+        shutil.rmtree(state, ignore_errors=True)
+
+
 @pytest.fixture()
 def instance_env(tmp_path, kafka_bootstrap, monkeypatch):
     """An independent pipeline instance: its own LAKEHOUSE_ROOT and topic."""

@@ -1,39 +1,125 @@
-"""The stream's one-runner guarantee on an object store: a lease file written through Hadoop's
-FileSystem (here its file: scheme, the same code path as s3a:), renewed while held."""
+"""One writer at a time, on every root: OS file locks on a local root, a session-held advisory lock
+on a real PostgreSQL server for an object-store root. A paused holder keeps its lock (a second
+runner stays out); a killed holder frees it; a holder whose session is gone fails its fence
+check before the next commit; no lock server, no writer."""
 
-import json
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
 import time
+from dataclasses import replace
+from datetime import date
 
 import pytest
 
-from spark_jobs import lock
-from spark_jobs.lock import CheckpointBusy, _Hadoop, _lease
+from lakehouse.locks import (
+    CheckpointBusy,
+    LockUnavailable,
+    WriterLockLost,
+    checkpoint_lock,
+    date_lock,
+)
+from lakehouse.settings import Settings
+
+ROOT = "s3a://bucket/lake"
 
 
-def test_a_second_runner_is_refused_while_the_lease_is_held_and_takes_it_once_expired(
-        spark, tmp_path):
-    path = f"file://{tmp_path}/_locks/bronze.lease"
-    with _lease(spark, path, "s3a://bucket/lake", settle_s=0.1):
-        held = json.loads(_Hadoop(spark, path).read())
-        assert held["expires"] > time.time()
-        with pytest.raises(CheckpointBusy, match="in use by"):
-            with _lease(spark, path, "s3a://bucket/lake", settle_s=0.1):
+def store(url: str | None) -> Settings:
+    return replace(Settings.from_env({}), lakehouse_root=f"{ROOT}-{time.monotonic_ns()}",
+                   lock_url=url)
+
+
+def holder_process(settings: Settings) -> subprocess.Popen:
+    """Another process holding the stream's lock until killed; prints 'held' once it has it."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        from dataclasses import replace
+        from lakehouse.locks import checkpoint_lock
+        from lakehouse.settings import Settings
+        s = replace(Settings.from_env({{}}), lakehouse_root={settings.root!r},
+                    lock_url={settings.lock_url!r})
+        with checkpoint_lock(s, "ingest"):
+            print("held", flush=True)
+            time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_local_root_takes_one_runner(tmp_path):
+    settings = replace(Settings.from_env({}), lakehouse_root=str(tmp_path))
+    with checkpoint_lock(settings, "ingest") as fence:
+        fence.check()
+        with pytest.raises(CheckpointBusy, match="in use by pid"):
+            with checkpoint_lock(settings, "ingest"):
                 pass
-    assert _Hadoop(spark, path).read() is None  # released on exit
-    # A runner that died leaves its lease: refused until it expires, then taken over.
-    _Hadoop(spark, path).write(json.dumps({"owner": "dead runner", "expires": time.time() + 60}))
-    with pytest.raises(CheckpointBusy, match="dead runner"):
-        with _lease(spark, path, "s3a://bucket/lake", settle_s=0.1):
+    with checkpoint_lock(settings, "ingest"):
+        pass  # released
+
+
+def test_an_object_store_root_without_a_lock_server_is_refused():
+    with pytest.raises(LockUnavailable, match="LAKEHOUSE_LOCK_URL"):
+        with checkpoint_lock(store(None), "ingest"):
             pass
-    _Hadoop(spark, path).write(json.dumps({"owner": "dead runner", "expires": time.time() - 1}))
-    with _lease(spark, path, "s3a://bucket/lake", settle_s=0.1):
-        assert "dead runner" not in _Hadoop(spark, path).read()
 
 
-def test_the_lease_is_renewed_while_held(spark, tmp_path, monkeypatch):
-    monkeypatch.setattr(lock, "LEASE_SECONDS", 1.5)
-    path = f"file://{tmp_path}/_locks/aggregates.lease"
-    with _lease(spark, path, "s3a://bucket/lake", settle_s=0.1):
-        first = json.loads(_Hadoop(spark, path).read())["expires"]
-        time.sleep(1.2)
-        assert json.loads(_Hadoop(spark, path).read())["expires"] > first
+def test_a_paused_holder_keeps_the_lock_and_a_killed_one_frees_it(pg_lock_url):
+    settings = store(pg_lock_url)
+    holder = holder_process(settings)
+    try:
+        holder.send_signal(signal.SIGSTOP)  # paused far longer than any lease would last
+        time.sleep(1)
+        with pytest.raises(CheckpointBusy, match=f"pid {holder.pid}"):
+            with checkpoint_lock(settings, "ingest"):
+                pass
+        holder.send_signal(signal.SIGCONT)
+        holder.kill()
+        holder.wait(30)
+        deadline = time.monotonic() + 30
+        while True:  # the server sees the session end
+            try:
+                with checkpoint_lock(settings, "ingest") as fence:
+                    fence.check()
+                break
+            except CheckpointBusy:
+                assert time.monotonic() < deadline, "the killed holder's lock was not freed"
+                time.sleep(0.2)
+    finally:
+        holder.kill()
+
+
+def test_a_holder_whose_session_is_gone_stops_before_its_next_commit(pg_lock_url):
+    import psycopg2
+
+    settings = store(pg_lock_url)
+    with checkpoint_lock(settings, "ingest") as fence:
+        fence.check()
+        with psycopg2.connect(pg_lock_url) as admin, admin.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE application_name LIKE 'lakehouse %' AND pid <> pg_backend_pid()")
+        with pytest.raises(WriterLockLost, match="not committing"):
+            fence.check()
+        # Meanwhile another runner can take it.
+        with checkpoint_lock(settings, "ingest") as other:
+            other.check()
+
+
+def test_writers_of_a_date_take_turns(pg_lock_url):
+    settings = store(pg_lock_url)
+    order: list[str] = []
+    with date_lock(settings, date(2026, 11, 20)):
+        def second():
+            with date_lock(settings, date(2026, 11, 20)):
+                order.append("second")
+
+        t = threading.Thread(target=second)
+        t.start()
+        time.sleep(1.5)
+        with date_lock(settings, date(2026, 11, 21)):  # another date is not blocked
+            order.append("other date")
+        order.append("first")
+    t.join(30)
+    assert order == ["other date", "first", "second"]

@@ -11,6 +11,7 @@ import pytest
 from reference import aggregate, dedup, rows_of
 
 from lakehouse.generator import GeneratorConfig, generate, produce
+from lakehouse.locks import CheckpointBusy
 from lakehouse.table_reads import read
 from spark_jobs import stream
 from spark_jobs.faults import (  # noqa: F401
@@ -21,7 +22,6 @@ from spark_jobs.faults import (  # noqa: F401
     start_service,
     wait_for,
 )
-from spark_jobs.lock import CheckpointBusy
 
 
 def bronze_rows(settings):

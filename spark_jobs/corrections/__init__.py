@@ -29,6 +29,7 @@ from datetime import date
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.locks import date_lock
 from lakehouse.settings import Settings
 from spark_jobs.checkpoint import stream_watermark
 from spark_jobs.corrections.publish import publish
@@ -36,7 +37,6 @@ from spark_jobs.corrections.recompute import recompute
 from spark_jobs.corrections.result import CorrectionResult
 from spark_jobs.corrections.scope import incremental_scope, time_ranges
 from spark_jobs.corrections.state import gold_bronze_version, latest_state, plan, save_state
-from spark_jobs.lock import date_lock
 from spark_jobs.tables import (
     BRONZE,
     LATE,
