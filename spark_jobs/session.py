@@ -54,6 +54,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": "4g",
         "spark.sql.adaptive.enabled": "true",
+        # Generated classes kept for reuse (default 100): one ingest batch compiles ~180, so the
+        # default cache evicts them all and every batch compiled them again (1-2 s a batch here).
+        "spark.sql.codegen.cache.maxEntries": "4000",
         # Cached frames (each batch's classification, the corrections' diffs) live for one batch
         # or run: compressing them costs more CPU (~0.6 s per 200k events here) than it saves.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",

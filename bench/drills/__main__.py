@@ -10,6 +10,8 @@ Drills (each prints what it did and what it verified):
   bad_input    1,000,000 records, 10% malformed (every reason, giant, binary, deeply nested,
                wrong types): every bad record quarantined with its reason; throughput vs clean
   retention    a topic cut under an ingested date, and a fresh instance on the cut topic
+  transactions a transactional producer aborting 10% of its transactions: only committed
+               records land; a replay reading uncommitted records fails the proof
   auth         a SASL/SCRAM-SHA-512 broker: right credentials work end to end; wrong ones fail
                fast, naming authentication, without a retry storm or the secret in any output
 
@@ -47,6 +49,7 @@ DRILLS = {
     "bad_input": "bench.drills.bad_input",
     "retention": "bench.drills.retention",
     "auth": "bench.drills.auth",
+    "transactions": "bench.drills.transactions",
 }
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
