@@ -92,6 +92,7 @@ def test_records_of_aborted_transactions_are_never_ingested(instance_env, spark)
         for i in range(n):
             producer.produce(settings.events_topic, key="k", value=json.dumps(
                 {"event_id": f"{prefix}-{i}", "key": "k", "event_time": at, "value": "1.5"}))
+        producer.flush(30)  # in the log before the abort (librdkafka purges undelivered ones)
         (producer.commit_transaction if commit else producer.abort_transaction)(30)
 
     send("committed", 30, True)
@@ -100,6 +101,11 @@ def test_records_of_aborted_transactions_are_never_ingested(instance_env, spark)
     stream.catch_up(spark, settings)
     ids = read(settings, "bronze_events")["event_id"].to_pylist()
     assert len(ids) == 40 and not [i for i in ids if i.startswith("aborted")]
+    # The aborted records are in the log: a reader of uncommitted records sees them.
+    for level, n in (("read_uncommitted", 60), ("read_committed", 40)):
+        assert spark.read.format("kafka").options(**{
+            **settings.spark_kafka_options, "kafka.isolation.level": level}).option(
+            "subscribe", settings.events_topic).load().count() == n
     assert read(settings, "quarantined_events").num_rows == 0
     assert sum(read(settings, "streaming_aggregates")["event_count"].to_pylist()) == 40
 
