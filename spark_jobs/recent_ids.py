@@ -46,6 +46,7 @@ class RecentIds:
 
     version: int = -1
     chunks: list[_Chunk] = field(default_factory=list)
+    keep: bool = True  # False: hold nothing (every lookup reads bronze)
 
     def holds(self, version: int) -> bool:
         return self.version >= 0 and self.version == version

@@ -111,8 +111,9 @@ def test_records_of_aborted_transactions_are_never_ingested(instance_env, spark)
 
 
 def test_copies_in_later_batches_of_one_run_count_once(instance_env, spark):
-    """Within one query run the dedup looks ids up in its in-memory index (not in bronze): every
-    event is sent twice, its copies in different micro-batches, and each counts once."""
+    """Within one query run of the service's kind the dedup looks ids up in its in-memory index
+    (not in bronze): every event is sent twice, its copies in different micro-batches, and each
+    counts once."""
     import dataclasses
     import json
 
@@ -128,8 +129,17 @@ def test_copies_in_later_batches_of_one_run_count_once(instance_env, spark):
                 {"event_id": f"e-{i}", "key": f"k{i % 3}", "event_time": at,
                  "value": f"{i}.5"}))
         producer.flush(30)
-    progress = stream.catch_up(spark, settings)["ingest"]
+    from lakehouse.locks import checkpoint_lock
+    from spark_jobs.recent_ids import RecentIds
+
+    recent = RecentIds()  # kept across the run's batches, as the service keeps it
+    with checkpoint_lock(settings, stream.INGEST_QUERY):
+        query = stream.start_ingest(spark, settings, stream.Trigger(available_now=True), recent)
+        query.awaitTermination()
+    progress = query.recentProgress
     assert len(progress) >= 5  # 600 records, at most 120 a batch
+    assert recent.version >= 0 and recent.chunks  # the lookups used the index
+    recent.clear()
     rows = read(settings, "streaming_aggregates").to_pylist()
     assert sum(r["event_count"] for r in rows) == 300
     assert sum(r["value_sum"] for r in rows) == sum(Decimal(f"{i}.5") for i in range(300))
