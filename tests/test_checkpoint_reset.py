@@ -20,15 +20,21 @@ def positions(settings, table):
     return Counter(zip(t["partition"].to_pylist(), t["offset"].to_pylist(), strict=True))
 
 
-@pytest.mark.slow
-def test_a_new_checkpoint_resumes_at_bronze_position(instance_env, spark):
-    settings = instance_env
+def ingested_then_more(settings, spark):
+    """Two chunks of 200 records on the instance's topic; the first one ingested."""
     ensure_topic(settings)
     end = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
     first, second = (generate(GeneratorConfig(count=200, seed=s, end=end, span=timedelta(minutes=20),
                                               keys=3)).records for s in (1, 2))
     produce(settings, first)
     stream.run_available_now(spark, settings)
+    return first, second
+
+
+@pytest.mark.slow
+def test_a_new_checkpoint_resumes_at_bronze_position(instance_env, spark):
+    settings = instance_env
+    first, second = ingested_then_more(settings, spark)
     before = positions(settings, "bronze_events") + positions(settings, "quarantined_events")
     assert sum(before.values()) == len(first)
 
@@ -131,12 +137,7 @@ def test_records_retention_deleted_before_the_stream_read_them(instance_env, spa
     from lakehouse.kafka_admin import admin, topic_offsets
 
     settings = instance_env
-    ensure_topic(settings)
-    end = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
-    first, second = (generate(GeneratorConfig(count=200, seed=s, end=end, span=timedelta(minutes=20),
-                                              keys=3)).records for s in (1, 2))
-    produce(settings, first)
-    stream.run_available_now(spark, settings)
+    first, second = ingested_then_more(settings, spark)
     produce(settings, second)
     # Retention deletes the first half of what the stream has not read yet, in every partition.
     offsets = topic_offsets(settings)
