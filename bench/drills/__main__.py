@@ -14,6 +14,10 @@ Drills (each prints what it did and what it verified):
                records land; a replay reading uncommitted records fails the proof
   auth         a SASL/SCRAM-SHA-512 broker: right credentials work end to end; wrong ones fail
                fast, naming authentication, without a retry storm or the secret in any output
+  lifecycle    kills inside a batch then a deleted checkpoint (each offset once, quarantine
+               included); a position 100+ bronze commits back; a re-created topic refused
+  old_dates    late events for a date 3 days old: the late-data sensor requests its run, whose
+               blocking proof passes; the late events in gold; the cursor asks no more
 
 DRILLS_SCALE (default 1) scales the record counts (e.g. 0.05 for a quick run; the number of
 faults does not scale). The summary list goes to bench/results/drills-<YYYY-MM-DD>.json (each
@@ -50,6 +54,8 @@ DRILLS = {
     "retention": "bench.drills.retention",
     "auth": "bench.drills.auth",
     "transactions": "bench.drills.transactions",
+    "lifecycle": "bench.drills.lifecycle",
+    "old_dates": "bench.drills.old_dates",
 }
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
