@@ -64,6 +64,7 @@ from spark_jobs.tables import (
     batch_tag,
     ensure_tables,
     newest_stream_commit,
+    read_changes,
 )
 from spark_jobs.windows import aggregate_windows, window_of
 
@@ -203,6 +204,40 @@ def drop_orphans(spark: SparkSession, settings: Settings, positions: dict[int, i
     for table in (QUARANTINE, LATE):
         (DeltaTable.forPath(spark, settings.table_path(table.name))
          .delete(f"topic = '{settings.events_topic}' AND ({beyond})"))
+
+
+def complete_pending_aggregates(spark: SparkSession, settings: Settings,
+                                fence: Fence | None = None) -> bool:
+    """Before a new checkpoint's first batch: add bronze's newest stream batch into
+    `streaming_aggregates` if its MERGE never committed (the runner died between the batch's
+    bronze commit and its MERGE, then the checkpoint was lost). The new checkpoint starts after
+    that batch's offsets, so nothing else would ever add it: the fast path would miss it for
+    good. Its rows are the bronze commit's own (Change Data Feed of that one version), judged
+    by the watermark stamped on it, deduplicated against bronze before it, exactly as the batch
+    would have been; the MERGE's bronze-version guard makes a repeat a no-op. True when it
+    merged."""
+    commit = newest_stream_commit(settings)
+    if commit is None or commit.query is None or commit.batch_id is None:
+        return False
+    tag = (commit.query, commit.batch_id)
+    if any(batch_of(c.get("userMetadata")) == tag
+           for c in delta_log.commits(settings, STREAMING.name, 16)):
+        return False
+    wm = F.timestamp_millis(F.lit(commit.watermark_ms))
+    rows = (read_changes(spark, settings, BRONZE, commit.version, commit.version)
+            .where(F.col("_change_type") == "insert").select(*VALID_COLUMNS))
+    on_time = rows.where(F.col("event_time") > wm)
+    dates = sorted(r.event_date for r in on_time.select("event_date").distinct().collect())
+    earlier = (_bronze_above(spark, settings, commit.version - 1, commit.watermark_ms)
+               if commit.version > 0 and newest_stream_commit(settings, commit.version - 1)
+               else None)
+    deltas = aggregate_windows(counted_events(on_time, earlier), settings) if dates else None
+    if fence is not None:
+        fence.check()
+    merge_aggregates(spark, settings, deltas, dates, commit, commit.batch_id)
+    print(f"completed the aggregates of ingest batch {commit.batch_id} (bronze version "
+          f"{commit.version}): its MERGE had not committed", file=sys.stderr, flush=True)
+    return True
 
 
 def kafka_source(spark: SparkSession, settings: Settings, start: str = "earliest") -> DataFrame:
@@ -495,6 +530,11 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 F.min(F.when(is_valid & ~is_late, F.col("event_date"))).alias("first_date"),
                 F.max(F.when(is_valid & ~is_late, F.col("event_date"))).alias("last_date"),
             ).first()
+            if not (facts.bad or facts.late or facts.on_time):
+                # No record (a new checkpoint's first batch at the end of the topic, or only
+                # transaction markers): nothing to write, and Delta commits no empty append.
+                # Bronze's stamped position stays valid: nothing visible lies past it.
+                return
             commit = done or StreamCommit(
                 version=-1, end_offsets={int(p): int(o) for p, o in ends.items()},
                 query=app, batch_id=batch_id, watermark_ms=watermark_ms,
@@ -588,6 +628,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
         if gaps:
             handle_data_loss(spark, settings, gaps)
         drop_orphans(spark, settings, positions)
+        complete_pending_aggregates(spark, settings, fence)
         start = starting_offsets(positions, settings, skipped=gaps)
     writer = (
         classify(kafka_source(spark, settings, start), settings)

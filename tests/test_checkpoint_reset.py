@@ -88,6 +88,46 @@ def test_a_batch_that_crashed_before_bronze_lands_once_after_a_checkpoint_reset(
     assert late and max(late.values()) == 1
 
 
+def counted_on_time(settings) -> int:
+    """What the fast path must count: each event id once among bronze's rows that were not late
+    (the late lane holds the others, by log position)."""
+    bronze = read(settings, "bronze_events").to_pylist()
+    late = set(positions(settings, "late_events"))
+    return len({r["event_id"] for r in bronze if (r["partition"], r["offset"]) not in late})
+
+
+@pytest.mark.slow
+def test_a_batch_that_crashed_before_its_merge_is_counted_after_a_checkpoint_reset(
+        instance_env, spark, monkeypatch):
+    """The batch's bronze commit landed, then it died before its aggregates MERGE; the checkpoint
+    is then lost. The new checkpoint starts after that batch's offsets, so it must add the
+    batch's windows from bronze first, or the fast path misses them for good."""
+    settings = instance_env
+    first, second = ingested_then_more(settings, spark)
+    produce(settings, second)
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed before the aggregates MERGE")
+
+    real_merge = stream.merge_aggregates
+    monkeypatch.setattr(stream, "merge_aggregates", killed)
+    with pytest.raises(Exception, match="killed before the aggregates MERGE"):
+        stream.run_available_now(spark, settings)
+    monkeypatch.setattr(stream, "merge_aggregates", real_merge)
+    streaming = read(settings, "streaming_aggregates")
+    assert sum(streaming["event_count"].to_pylist()) < counted_on_time(settings)
+
+    shutil.rmtree(settings.checkpoint_path(stream.INGEST_QUERY))  # and the checkpoint is lost
+    stream.run_available_now(spark, settings)
+    stream.run_available_now(spark, settings)  # a second start adds nothing again
+
+    everything = positions(settings, "bronze_events") + positions(settings, "quarantined_events")
+    assert max(everything.values()) == 1
+    assert sum(everything.values()) == len(first) + len(second)
+    streaming = read(settings, "streaming_aggregates")
+    assert sum(streaming["event_count"].to_pylist()) == counted_on_time(settings)
+
+
 @pytest.mark.slow
 def test_a_deleted_and_recreated_topic_is_refused_naming_the_topic_id(instance_env, spark):
     """Offsets of a re-created topic start at 0 again: once it is refilled past the old offsets,
