@@ -1,6 +1,7 @@
 """Revisions of a gold window never restart: a window removed by a correction and later
-re-inserted continues from its changelog, so no changelog row is overwritten; a rerun after a
-failed gold MERGE reuses the revision it logged."""
+re-inserted continues from its changelog, so no changelog row is overwritten. The changelog
+never holds a revision gold has not published: gold commits first, and the corrections of a run
+that died before logging them are logged by the date's next run, from gold's change feed."""
 
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -42,9 +43,59 @@ def test_a_removed_window_that_comes_back_continues_its_revisions(spark, tmp_pat
     assert run(2) == ([(2, 2)], {1: None, 2: 2})  # back: revision 2, not 0
     assert run(3) == ([(3, 3)], {1: None, 2: 2, 3: 3})  # its next correction: 3, nothing lost
 
-    # Removed again, and the re-insert's gold MERGE "fails" after its changelog row was written:
-    # the rerun reuses that revision instead of skipping one.
-    assert run(None) == ([], {1: None, 2: 2, 3: 3, 4: None})
-    assert run(5) == ([(5, 5)], {1: None, 2: 2, 3: 3, 4: None, 5: 5})
+    # A gold row deleted outside the pipeline: the re-insert restores its revision, and the
+    # changelog keeps what it had (a revision, once logged, is not rewritten).
     spark.sql(f"DELETE FROM delta.`{settings.table_path(RECONCILED.name)}`")
-    assert run(5) == ([(5, 5)], {1: None, 2: 2, 3: 3, 4: None, 5: 5})
+    assert run(3) == ([(3, 3)], {1: None, 2: 2, 3: 3})
+
+
+def test_a_run_that_died_after_its_gold_commit_is_logged_by_the_next_run(
+        spark, tmp_path, monkeypatch):
+    import sys
+
+    from lakehouse.settings import Settings
+    from spark_jobs.corrections import changelog
+    from spark_jobs.corrections.state import latest_state, save_state
+
+    settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
+    ensure_tables(spark, settings)
+    scope = window(spark, 1).select("window_start", "key")
+
+    def gold_version():
+        from lakehouse import delta_log
+        return delta_log.version(settings, RECONCILED.name)
+
+    def changelog_rows():
+        return {r.revision: (r.before_event_count, r.after_event_count, r.run_id)
+                for r in read_table(spark, settings, CORRECTIONS).collect()}
+
+    def completed_run(count, run_id):
+        v = gold_version()
+        from spark_jobs.tables import tagged_commits
+        with tagged_commits(spark, f"incremental:{D.isoformat()}:{run_id}"):
+            publish(spark, settings, D, window(spark, count), scope, run_id, CorrectionResult(D))
+        save_state(spark, settings, D, 0, v, "incremental", run_id)
+
+    completed_run(1, "r1")
+    completed_run(None, "r2")  # a removal, logged: revision 1
+    assert changelog_rows() == {1: (1, None, "r2")}
+
+    # r3 re-inserts the window (revision 2) in gold and dies before its changelog commit and its
+    # state row.
+    monkeypatch.setattr(sys.modules["spark_jobs.corrections.publish"], "log_published",
+                        lambda *a, **k: 0)
+    from spark_jobs.tables import tagged_commits
+    with tagged_commits(spark, f"incremental:{D.isoformat()}:r3"):
+        publish(spark, settings, D, window(spark, 3), scope, "r3", CorrectionResult(D))
+    monkeypatch.undo()
+    gold = read_table(spark, settings, RECONCILED).collect()
+    assert [(r.revision, r.event_count) for r in gold] == [(2, 3)]
+    assert changelog_rows() == {1: (1, None, "r2")}  # never ahead of gold
+
+    # The date's next run logs r3's correction from gold's change feed, once.
+    state = latest_state(settings, D)
+    assert changelog.repair(spark, settings, D, state) == 1
+    assert changelog.repair(spark, settings, D, state) == 0
+    assert changelog_rows() == {1: (1, None, "r2"), 2: (None, 3, "r3")}
+    completed_run(4, "r4")  # and revisions go on from there
+    assert changelog_rows() == {1: (1, None, "r2"), 2: (None, 3, "r3"), 3: (3, 4, "r4")}

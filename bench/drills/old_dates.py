@@ -127,7 +127,7 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
 
         def tick(cursor: str | None):
             with build_sensor_context(instance=dagster_instance, cursor=cursor,
-                                      resources=resources) as context:
+                                      resources=resources, definitions=defs) as context:
                 return sensor.evaluate_tick(context)
 
         def launch(request):

@@ -8,8 +8,10 @@ Rules (DESIGN §4):
 - a window first appears with revision 0; while it is `open` (the stream's watermark has not
   passed its end) it is provisional and updated in place; a change to a `final` or `corrected`
   window is a correction: revision + 1, status `corrected`, one changelog row with the cause;
-- the changelog row is written before the gold row, keyed by (window, key, revision), so a run
-  that dies between the two writes is completed, not duplicated, by the next run.
+- gold is committed first, then the changelog rows of its corrections, derived from gold's own
+  change feed and keyed by (window, key, revision): the changelog never holds a revision gold
+  has not published, and a run that dies between the two is completed by the next run of the
+  date (`changelog.repair`), not duplicated.
 
 Cost: a run reads the bronze changes since the date's previous run (Delta Change Data Feed over
 the version range recorded in `corrections_state`) and recomputes only the windows they touch
@@ -32,6 +34,7 @@ from pyspark.sql import functions as F
 from lakehouse.locks import date_lock
 from lakehouse.settings import Settings
 from spark_jobs.checkpoint import stream_watermark
+from spark_jobs.corrections.changelog import repair
 from spark_jobs.corrections.publish import publish
 from spark_jobs.corrections.recompute import recompute
 from spark_jobs.corrections.result import CorrectionResult
@@ -100,6 +103,9 @@ def _correct(spark: SparkSession, settings: Settings, d: date, run_id: str, repr
             F.col("event_date") == F.lit(d))
         scope: DataFrame | None = None
         state = latest_state(settings, d)
+        # A run that died after its gold commit left corrections unlogged: log them first
+        # (the revisions below continue from the changelog).
+        result.changelog_repaired = repair(spark, settings, d, state)
         if reprocess:
             result.mode, result.reason = "reprocess", "rebuilt from replay_aggregates"
         else:

@@ -1,9 +1,6 @@
-"""Diff recomputed windows against gold and apply the difference: changelog MERGE, then gold
-MERGE, both tagged as the pipeline's commits.
-
-The changelog row of a revision is written before the gold row and is keyed by (window, key,
-revision); a rerun after a failed gold MERGE recomputes the same revision and *updates* that
-changelog row, so the changelog of revision r always holds the values gold publishes as r.
+"""Diff recomputed windows against gold and apply the difference: gold MERGE, then the
+changelog rows of its corrections, from gold's change feed (`changelog`), both tagged as the
+pipeline's commits. The changelog never holds a revision gold has not published.
 """
 
 from __future__ import annotations
@@ -14,10 +11,12 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse import delta_log
 from lakehouse.settings import Settings
 from spark_jobs.checkpoint import stream_watermark
+from spark_jobs.corrections.changelog import log_published
 from spark_jobs.corrections.result import KEY, CorrectionResult
-from spark_jobs.tables import CORRECTIONS, LATE, MEASURE_COLUMNS, RECONCILED, read_table
+from spark_jobs.tables import CORRECTIONS, MEASURE_COLUMNS, RECONCILED, read_table
 
 
 def _measures_equal(a: str, b: str) -> F.Column:
@@ -48,13 +47,6 @@ def publish(
     gold = read_table(spark, settings, RECONCILED).where(F.col("event_date") == F.lit(d))
     if scope is not None:
         gold = gold.join(F.broadcast(scope), list(KEY), "left_semi")
-    late_windows = (
-        read_table(spark, settings, LATE)
-        .where(F.col("event_date") == F.lit(d))
-        .select(*KEY)
-        .distinct()
-        .withColumn("has_late", F.lit(True))
-    )
     # Windows with a changelog: a window removed and later re-inserted continues its revisions
     # (it does not restart at 0 and overwrite the changelog of its earlier life).
     history = (
@@ -62,19 +54,14 @@ def publish(
         .where(F.col("event_date") == F.lit(d))
         .groupBy(*KEY)
         .agg(F.max("revision").alias("last_revision"),
-             # The last revision recorded the window as absent (a removal); else it recorded a
-             # re-insert whose gold MERGE failed, and a rerun reuses that revision.
+             # The last revision recorded the window as absent (a removal); else a gold row
+             # was removed outside the pipeline, and its re-insert restores that revision.
              F.max_by(F.col("after_event_count").isNull(), "revision").alias("last_removed"))
     )
     closed = F.coalesce(F.col("n.window_end") <= wm, F.lit(False))
     diff = (
         recomputed.alias("n")
         .join(gold.alias("o"), [F.col(f"n.{k}") == F.col(f"o.{k}") for k in KEY], "full_outer")
-        .join(
-            F.broadcast(late_windows).alias("l"),
-            [F.coalesce(F.col(f"n.{k}"), F.col(f"o.{k}")) == F.col(f"l.{k}") for k in KEY],
-            "left",
-        )
         .join(
             F.broadcast(history).alias("h"),
             [F.coalesce(F.col(f"n.{k}"), F.col(f"o.{k}")) == F.col(f"h.{k}") for k in KEY],
@@ -96,13 +83,6 @@ def publish(
             .when((F.col("o.status") == "open") & closed, "finalize")
             .alias("action"),
             closed.alias("closed"),
-            (
-                F.lit(cause) if cause else
-                F.when(F.col("l.has_late"), "late_event")
-                .when(F.coalesce(F.col("n.event_count"), F.lit(0)) < F.col("o.event_count"),
-                      "duplicate")
-                .otherwise("reprocess")
-            ).alias("cause"),
         )
         .where(F.col("action").isNotNull())
         .withColumn(
@@ -145,25 +125,6 @@ def publish(
         if not counts:
             return result
         date_pred = f"t.event_date = DATE'{d.isoformat()}'"
-        changelog = diff.where("is_correction").select(
-            "event_date", "window_start", "window_end", "key", "revision", "cause",
-            *[f"before_{m}" for m in MEASURE_COLUMNS],
-            *[f"after_{m}" for m in MEASURE_COLUMNS],
-            F.lit(now).alias("corrected_at"),
-            F.lit(run_id).alias("run_id"),
-        )
-        if corrections_n:
-            with result.timed("changelog_merge"):
-                (
-                    DeltaTable.forPath(spark, settings.table_path(CORRECTIONS.name)).alias("t")
-                    .merge(changelog.alias("s"), f"{date_pred} AND t.window_start = s.window_start "
-                           "AND t.key = s.key AND t.revision = s.revision")
-                    # A revision logged by a run whose gold MERGE then failed is rewritten
-                    # with this run's values: the changelog of r is what gold publishes as r.
-                    .whenMatchedUpdateAll()
-                    .whenNotMatchedInsertAll()
-                    .execute()
-                )
         src = diff.select(
             "event_date", "window_start", "window_end", "key", "action", "revision", "status",
             *[F.col(f"after_{m}").alias(m) for m in MEASURE_COLUMNS],
@@ -172,6 +133,7 @@ def publish(
         values = {c: F.col(f"s.{c}") for c in (
             "event_date", "window_start", "window_end", "key", *MEASURE_COLUMNS,
             "revision", "status", "updated_at")}
+        before = delta_log.version(settings, RECONCILED.name)
         with result.timed("gold_merge"):
             (
                 DeltaTable.forPath(spark, settings.table_path(RECONCILED.name)).alias("t")
@@ -182,6 +144,9 @@ def publish(
                 .whenNotMatchedInsert(condition="s.action != 'remove'", values=values)
                 .execute()
             )
+        if corrections_n:
+            with result.timed("changelog"):
+                log_published(spark, settings, d, before, run_id, cause)
         return result
     finally:
         diff.unpersist()

@@ -22,6 +22,7 @@ class CorrectionResult:
     corrected: int = 0
     removed: int = 0
     finalized: int = 0
+    changelog_repaired: int = 0  # corrections of a run that died before logging them
     beyond_horizon: int = 0
     late_events: int = 0
     watermark: datetime | None = None
