@@ -190,14 +190,15 @@ class DeltaLog:
         return set().union(*(c.adds for c in self.commits.values())) if self.commits else set()
 
 
-# Kill points inside an ingest batch, by the commits made so far (its appends: quarantine, late
-# lane, then bronze; then the aggregates MERGE; then Spark's checkpoint commit):
-# name -> (table whose commit for the batch is there, table whose commit is not yet; None: the
-# checkpoint's commits/N).
+# Kill points inside an ingest batch, one after each of its Delta commits (its appends:
+# quarantine, late lane, then bronze; then the aggregates MERGE; then Spark's checkpoint
+# commit): name -> (table whose commit for the batch is there, tables whose commit for it is
+# not there yet; () : only the checkpoint's commits/N is missing).
 INGEST_KILL_POINTS = {
-    "quarantine_before_bronze": ("quarantined_events", "bronze_events"),
-    "bronze_before_aggregates": ("bronze_events", "streaming_aggregates"),
-    "aggregates_before_checkpoint": ("streaming_aggregates", None),
+    "quarantine_before_bronze": ("quarantined_events", ("late_events", "bronze_events")),
+    "late_before_bronze": ("late_events", ("bronze_events",)),
+    "bronze_before_aggregates": ("bronze_events", ("streaming_aggregates",)),
+    "aggregates_before_checkpoint": ("streaming_aggregates", ()),
 }
 
 
@@ -209,13 +210,13 @@ def kill_inside_batch(svc, settings, point: str, min_batch: int,
     check and the signal). The batch's checkpoint commit is never there yet."""
     after, before = INGEST_KILL_POINTS[point]
     done = DeltaLog(settings.table_path(after))
-    nxt = DeltaLog(settings.table_path(before)) if before else None
+    nxt = [DeltaLog(settings.table_path(t)) for t in before]
     checkpoint = Path(str(settings.checkpoint_path("ingest")).removeprefix("file://"))
 
     def pending() -> set[tuple[str, int]]:
         got = {b for b in done.refresh().batches() if b[1] >= min_batch}
-        if nxt is not None:
-            return got - nxt.refresh().batches()
+        for log in nxt:
+            got -= log.refresh().batches()
         return {b for b in got if not (checkpoint / "commits" / str(b[1])).exists()}
 
     deadline = time.monotonic() + timeout
@@ -234,7 +235,9 @@ def kill_inside_batch(svc, settings, point: str, min_batch: int,
     raise AssertionError(f"no ingest batch >= {min_batch} at {point} within {timeout}s")
 
 
-CORRECTIONS_HOOKS = ("merge_files_written", "changelog_committed", "gold_committed")
+# A corrections run commits gold, then the changelog of its corrections (none when it has
+# none), then its state row.
+CORRECTIONS_HOOKS = ("merge_files_written", "gold_committed", "changelog_committed")
 
 
 def corrections_process(env, d, run_id: str, log_path: str | Path) -> subprocess.Popen:
@@ -245,14 +248,14 @@ def corrections_process(env, d, run_id: str, log_path: str | Path) -> subprocess
 
 def kill_corrections(proc, settings, hook: str, timeout: float = 600) -> str | None:
     """SIGKILL a corrections process (`corrections_process`) at `hook`:
-    - `merge_files_written`: a MERGE into `late_corrections` or `reconciled_aggregates` has
+    - `merge_files_written`: a MERGE into `reconciled_aggregates` or `late_corrections` has
       written data files that no commit holds yet (the MERGE is running);
-    - `changelog_committed`: `late_corrections` has the run's commit, gold does not yet;
-    - `gold_committed`: gold has the run's commit, `corrections_state` does not yet.
-    Returns what the kill interrupted (re-checked after the kill: the commit that was still
-    missing is still missing), or None when the process finished (or committed the next step)
+    - `gold_committed`: gold has the run's commit; the changelog and `corrections_state` do not;
+    - `changelog_committed`: the changelog has the run's commit, `corrections_state` does not.
+    Returns what the kill interrupted (re-checked after the kill: the commits that were still
+    missing are still missing), or None when the process finished (or committed the next step)
     before the signal landed."""
-    names = ("late_corrections", "reconciled_aggregates", "corrections_state")
+    names = ("reconciled_aggregates", "late_corrections", "corrections_state")
     logs = {name: DeltaLog(settings.table_path(name)).refresh() for name in names}
     start = {name: log.version for name, log in logs.items()}
     before = {name: logs[name].data_files() for name in names[:2]}
@@ -260,31 +263,32 @@ def kill_corrections(proc, settings, hook: str, timeout: float = 600) -> str | N
     def new(name: str) -> bool:
         return logs[name].refresh().version > start[name]
 
-    def pending_merge() -> str | None:
+    def pending_merge() -> tuple[str, ...] | None:
         for name in names[:2]:
             if not new(name) and (logs[name].data_files() - before[name]
                                   - logs[name].committed_files()):
-                return name
+                return (name,)
         return None
 
-    # The commit that must still be missing after the kill for it to have landed at the hook.
-    waiting_for = {"changelog_committed": "reconciled_aggregates",
-                   "gold_committed": "corrections_state"}
+    # The commits that must still be missing after the kill for it to have landed at the hook.
+    waiting_for = {"gold_committed": ("late_corrections", "corrections_state"),
+                   "changelog_committed": ("corrections_state",)}
+    done_first = {"gold_committed": "reconciled_aggregates",
+                  "changelog_committed": "late_corrections"}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return None
         if hook == "merge_files_written":
-            target = pending_merge()
-        elif hook == "changelog_committed":
-            target = waiting_for[hook] if new("late_corrections") and not new(
-                "reconciled_aggregates") else None
+            targets = pending_merge()
         else:
-            target = waiting_for[hook] if new("reconciled_aggregates") and not new(
-                "corrections_state") else None
-        if target is not None:
+            targets = waiting_for[hook] if new(done_first[hook]) and not any(
+                new(t) for t in waiting_for[hook]) else None
+        if targets is not None:
             crash(proc)
-            return None if new(target) else f"{hook} ({target} not committed)"
+            if any(new(t) for t in targets):
+                return None
+            return f"{hook} ({', '.join(targets)} not committed)"
         time.sleep(0.01)
     _kill(proc)
     raise AssertionError(f"corrections did not reach {hook} within {timeout}s: {output(proc)}")
