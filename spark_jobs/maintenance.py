@@ -14,6 +14,8 @@ only where no writer can be racing it:
 On an object store Delta's log store is safe for one writing driver per table only, so the
 stream's tables are maintained only under the stream's lock (`lakehouse.locks`): while the
 stream runs they are skipped and the run says so (stop the service for a maintenance window).
+The output says when it took and released that lock (`writer lock:` lines, epoch ms), and the
+lock's fence is checked before each commit (OPTIMIZE, VACUUM), as every writer does.
 
 A compaction changes no row (`dataChange=false`): the streaming source, the change feed, the
 corrections' foreign-commit check and the metrics all skip it; its commits carry the pipeline's
@@ -26,7 +28,9 @@ there at all.
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -110,6 +114,13 @@ def compact_before(spark: SparkSession, settings: Settings, table: Table, today:
     return today
 
 
+def _say_lock(event: str, table: Table, settings: Settings) -> None:
+    now = time.time()
+    print(f"writer lock: maintenance of {table.name} {event} the stream checkpoint "
+          f"{INGEST_QUERY!r}'s lock under {settings.root}, pid {os.getpid()} at "
+          f"{int(now * 1000)}", flush=True)
+
+
 def maintain_table(spark: SparkSession, settings: Settings, table: Table, today: date,
                    min_files: int = MIN_FILES) -> Maintained:
     log = open_table(settings, table.name)
@@ -122,18 +133,24 @@ def maintain_table(spark: SparkSession, settings: Settings, table: Table, today:
                                       min_files)
     removed = added = 0
     retention = log_retention(log)
+    fences = []
     with ExitStack() as locks, tagged_commits(spark, f"maintenance:{table.name}"):
         if table in STREAM_WRITTEN and local_path(str(settings.root)) is None:
             # Delta's S3 log store takes one writing driver: the stream's lock, or no commit.
             try:
-                locks.enter_context(checkpoint_lock(settings, INGEST_QUERY))
+                fences.append(locks.enter_context(checkpoint_lock(settings, INGEST_QUERY)))
             except CheckpointBusy as busy:
                 return Maintained(table.name, [], files, 0, 0,
                                   retention.total_seconds() / 3600, 0, skipped=str(busy))
+            _say_lock("took", table, settings)
+            # Runs before the lock is released, after the last commit.
+            locks.callback(_say_lock, "releasing", table, settings)
         if dates:
             if table not in APPEND_ONLY and table != STREAMING:
                 for d in dates:  # sorted: two maintainers cannot deadlock
-                    locks.enter_context(date_lock(settings, d))
+                    fences.append(locks.enter_context(date_lock(settings, d)))
+            for fence in fences:
+                fence.check()
             where = "{} IN ({})".format(table.partition_by,
                                         ",".join(f"DATE'{d.isoformat()}'" for d in dates))
             metrics = (DeltaTable.forPath(spark, path).optimize().where(where)
@@ -146,6 +163,8 @@ def maintain_table(spark: SparkSession, settings: Settings, table: Table, today:
         expired = sum(f.endswith(".parquet") for f in open_table(settings, table.name).vacuum(
             int(hours), dry_run=True, enforce_retention_duration=False, full=True))
         if expired:
+            for fence in fences:
+                fence.check()
             DeltaTable.forPath(spark, path).vacuum(hours)
     return Maintained(table.name, dates, files, removed, added, hours, expired)
 

@@ -6,11 +6,18 @@ of corrupting the checkpoint. SIGTERM or SIGINT stops the query and exits 0; sin
 write of a batch is idempotent, a stop (or a crash) mid-batch is repaired by the next start.
 While it runs, Prometheus metrics are served on 127.0.0.1:$METRICS_PORT/metrics
 (`spark_jobs.metrics`).
+
+The output says when the service took, released or lost the writer lock (`writer lock: ...`
+lines with the epoch milliseconds), so its commits can be matched to the time it held it. On an
+object store a lock whose PostgreSQL session is gone is lost: the service checks it at every
+poll and before each bookkeeping commit (the query checks it before each of its commits), stops
+the query without committing again and exits 3.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -20,7 +27,7 @@ from contextlib import ExitStack
 from confluent_kafka import KafkaException
 
 from lakehouse.kafka_admin import PartitionOffsets, ensure_topic, topic_offsets
-from lakehouse.locks import CheckpointBusy, checkpoint_lock
+from lakehouse.locks import CheckpointBusy, Fence, WriterLockLost, checkpoint_lock
 from lakehouse.settings import Settings, spark_interval
 from spark_jobs.checkpoint import INGEST_QUERY
 from spark_jobs.metrics import serving
@@ -37,6 +44,21 @@ from spark_jobs.stream import (
 )
 
 PROGRESS_EVERY_S = 30.0  # stream_progress bookkeeping: at most one commit per this long
+LOCK_LOST = 3  # exit status of a service that lost its writer lock
+
+
+def say_lock(event: str, settings: Settings) -> None:
+    """A `writer lock:` line: what happened to the stream's lock, when (epoch ms), who."""
+    now = time.time()
+    print(f"writer lock: {event} (the stream checkpoint {INGEST_QUERY!r} under {settings.root}) "
+          f"pid {os.getpid()} at {int(now * 1000)} "
+          f"({time.strftime('%H:%M:%S', time.gmtime(now))}.{int(now * 1000) % 1000:03d}Z)",
+          flush=True)
+
+
+def lost_lock(exc: BaseException | None) -> bool:
+    """Whether a query failed because its writer lock was lost (raised in its batch)."""
+    return exc is not None and WriterLockLost.__name__ in str(exc)
 
 
 def serve(settings: Settings, stop: threading.Event) -> int:
@@ -49,33 +71,61 @@ def serve(settings: Settings, stop: threading.Event) -> int:
         return start_ingest(spark, settings, Trigger(available_now=False, interval=interval),
                             recent, fence)
 
+    lost: WriterLockLost | None = None
     with ExitStack() as held:
         fence = held.enter_context(checkpoint_lock(settings, INGEST_QUERY))
+        say_lock("took", settings)
+        # Runs before the lock is released (after the query stopped and the last bookkeeping).
+        held.callback(lambda: lost is None and say_lock("releasing", settings))
         # Before the query starts: the metrics count every record it commits.
         metrics = held.enter_context(serving(settings, spark))
         query = start()
         print(f"streaming {settings.events_topic} -> {settings.root} every {interval}; "
               "SIGTERM to stop", flush=True)
-        book = _Bookkeeping(spark, settings, metrics)
+        book = _Bookkeeping(spark, settings, metrics, fence)
         restarts = 0
         failed = None
         while not stop.wait(min(settings.stream_trigger_interval.total_seconds(), 5.0)):
-            book.poll(query)
+            try:
+                fence.check()  # a lock lost while paused: stop before the query commits again
+                book.poll(query)
+            except WriterLockLost as exc:
+                lost = exc
+                break
             exc = query.exception()
             if exc is None:
                 restarts = 0
+            elif lost_lock(exc):
+                lost = WriterLockLost(next(line.strip() for line in str(exc).splitlines()
+                                           if WriterLockLost.__name__ in line)[:500])
+                break
             elif is_known_restart_bug(exc) and restarts < MAX_RESTARTS:
                 restarts += 1
                 print("ingest: restarting after Spark's known post-recovery error "
                       "(SPARK-55271; the batch had committed)", flush=True)
-                book.poll(query, record=True)
+                try:
+                    book.poll(query, record=True)
+                    fence.check()
+                except WriterLockLost as exc:
+                    lost = exc
+                    break
                 query = start()
                 book.recorded = -1
             else:
                 failed = query
                 break
+        if lost is not None:
+            say_lock(f"LOST ({lost}); stopping the query, committing nothing more", settings)
         query.stop()
-        book.poll(query, record=True)
+        if lost is None:
+            try:
+                book.poll(query, record=True)
+            except WriterLockLost as exc:
+                lost = exc
+                say_lock(f"LOST ({exc}); the last progress rows are not recorded", settings)
+    if lost is not None:
+        print(f"error: the writer lock was lost: {lost}", file=sys.stderr, flush=True)
+        return LOCK_LOST
     if failed is not None:
         print(f"error: query {failed.name} failed: {failed.exception()}", file=sys.stderr)
         return 1
@@ -86,10 +136,12 @@ def serve(settings: Settings, stop: threading.Event) -> int:
 class _Bookkeeping:
     """The service's view of its query's progress: metrics at every poll, a line per new batch,
     and `stream_progress` rows at most every PROGRESS_EVERY_S (one Delta commit for all the
-    batches since the last), so the bookkeeping costs no commit per micro-batch."""
+    batches since the last), so the bookkeeping costs no commit per micro-batch. Its commits
+    are the runner's too: the writer lock's `fence` is checked before each (`WriterLockLost`)."""
 
-    def __init__(self, spark, settings, metrics=None):
+    def __init__(self, spark, settings, metrics=None, fence: Fence | None = None):
         self.spark, self.settings, self.metrics = spark, settings, metrics
+        self.fence = fence or Fence()
         self.recorded = -1  # newest batch id in stream_progress
         self.printed = -1
         self.last_record = time.monotonic()
@@ -109,6 +161,7 @@ class _Bookkeeping:
         due = record or time.monotonic() - self.last_record >= PROGRESS_EVERY_S
         if not new or not due:
             return
+        self.fence.check()
         record_progress(self.spark, self.settings, INGEST_QUERY, new, _topic_ends(self.settings))
         self.recorded = max(p["batchId"] for p in new)
         self.last_record = time.monotonic()
@@ -136,6 +189,10 @@ def main() -> int:
     except (CheckpointBusy, DataLost, TopicReplaced) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except WriterLockLost as exc:  # lost before the query ran (a restart's own commits)
+        say_lock(f"LOST ({exc}); committing nothing more", settings)
+        print(f"error: the writer lock was lost: {exc}", file=sys.stderr)
+        return LOCK_LOST
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ Drills (each prints what it did and what it verified):
                included); a position 100+ bronze commits back; a re-created topic refused
   old_dates    late events for a date 3 days old: the late-data sensor requests its run, whose
                blocking proof passes; the late events in gold; the cursor asks no more
+  object_store on S3Proxy with the PostgreSQL writer locks: the service SIGSTOPped 90 s, a
+               second one started, the first resumed, table_maintenance looping beside them:
+               one writer at a time, contiguous Delta logs, each batch once, each offset once
 
 DRILLS_SCALE (default 1) scales the record counts (e.g. 0.05 for a quick run; the number of
 faults does not scale). The summary list goes to bench/results/drills-<YYYY-MM-DD>.json (each
@@ -56,6 +59,7 @@ DRILLS = {
     "transactions": "bench.drills.transactions",
     "lifecycle": "bench.drills.lifecycle",
     "old_dates": "bench.drills.old_dates",
+    "object_store": "bench.drills.object_store",
 }
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 

@@ -332,7 +332,8 @@ def broker_module():
 
 
 class Feeder:
-    """Produces records in a thread at a steady rate (records/s) through an AckedProducer."""
+    """Produces records in a thread at a steady rate (records/s) through an AckedProducer,
+    until the records run out or `stop()` (then `sent` says how many of them went out)."""
 
     def __init__(self, settings, records, rate: float, start: int = 0, **conf):
         import threading
@@ -341,12 +342,15 @@ class Feeder:
         self.records, self.rate, self.start = records, rate, start
         self.sent = 0
         self.error: BaseException | None = None
+        self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="feeder", daemon=True)
 
     def _run(self) -> None:
         try:
             t0 = time.monotonic()
             for n, r in enumerate(self.records):
+                if self.stopping.is_set():
+                    break
                 self.producer.send(self.start + n, r)
                 self.sent = n + 1
                 ahead = (n + 1) / self.rate - (time.monotonic() - t0)
@@ -360,6 +364,10 @@ class Feeder:
         """Start producing (the topic must exist: `ensure_topic`)."""
         self.thread.start()
         return self
+
+    def stop(self) -> None:
+        """Produce no more records (those sent are still flushed by `join`)."""
+        self.stopping.set()
 
     def join(self, timeout: float = 900) -> AckedProducer:
         self.thread.join(timeout)

@@ -1,0 +1,116 @@
+"""The service and its writer lock, without Spark: it says when it took and released the lock,
+and once the lock is lost (its PostgreSQL session gone, e.g. while the process was paused) it
+stops the query and commits nothing more: no bookkeeping row either (exit 3)."""
+
+import threading
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from lakehouse.locks import WriterLockLost
+from lakehouse.settings import Settings
+from spark_jobs import service
+
+
+class FakeFence:
+    def __init__(self):
+        self.lost = False
+
+    def check(self):
+        if self.lost:
+            raise WriterLockLost("the stream checkpoint 'ingest': the writer lock is no longer "
+                                 "held; not committing")
+
+
+class FakeQuery:
+    name = "ingest"
+
+    def __init__(self):
+        self.batch = 0
+        self.stopped = False
+
+    @property
+    def recentProgress(self):
+        return [SimpleNamespace(json=f'{{"batchId": {b}, "id": "q", "numInputRows": 1, '
+                                     f'"durationMs": {{"addBatch": 1, "triggerExecution": 1}}}}')
+                for b in range(self.batch + 1)]
+
+    def exception(self):
+        return None
+
+    def stop(self):
+        self.stopped = True
+
+
+@pytest.fixture()
+def fake_service(monkeypatch):
+    fence, query, recorded = FakeFence(), FakeQuery(), []
+
+    @contextmanager
+    def lock(settings, name):
+        yield fence
+
+    @contextmanager
+    def serving(settings, spark):
+        yield None
+
+    monkeypatch.setattr(service, "ensure_topic", lambda settings: None)
+    monkeypatch.setattr(service, "get_spark", lambda settings: object())
+    monkeypatch.setattr(service, "checkpoint_lock", lock)
+    monkeypatch.setattr(service, "serving", serving)
+    monkeypatch.setattr(service, "start_ingest", lambda *a, **k: query)
+    monkeypatch.setattr(service, "record_progress",
+                        lambda spark, settings, q, reports, ends: recorded.append(
+                            [r["batchId"] for r in reports]))
+    monkeypatch.setattr(service, "_topic_ends", lambda settings: None)
+    monkeypatch.setattr(service, "PROGRESS_EVERY_S", 0.0)  # record at every poll
+    settings = replace(Settings.from_env({}), lakehouse_root="s3a://bucket/lake",
+                       stream_trigger_interval=timedelta(milliseconds=50))
+    return settings, fence, query, recorded
+
+
+def test_a_service_that_loses_its_lock_stops_and_commits_nothing_more(fake_service, capsys):
+    settings, fence, query, recorded = fake_service
+    stop = threading.Event()
+    done: list[int] = []
+    t = threading.Thread(target=lambda: done.append(service.serve(settings, stop)))
+    t.start()
+    try:
+        deadline = service.time.monotonic() + 10
+        while not recorded and service.time.monotonic() < deadline:
+            service.time.sleep(0.02)
+        assert recorded, "the bookkeeping never recorded while the lock was held"
+        fence.lost = True  # the session is gone (the server dropped it while we were paused)
+        before = len(recorded)
+        query.batch += 1  # a new batch's progress: due for a bookkeeping commit
+        t.join(10)
+    finally:
+        stop.set()
+        t.join(10)
+    assert len(recorded) == before, "a progress row was committed after the lock was lost"
+    assert done == [3]  # service.LOCK_LOST
+    assert query.stopped
+    out = capsys.readouterr().out
+    assert "writer lock: took" in out and "writer lock: LOST" in out
+    assert "writer lock: releasing" not in out
+
+
+def test_a_service_says_when_it_held_the_lock(fake_service, capsys):
+    settings, fence, query, recorded = fake_service
+    stop = threading.Event()
+    done: list[int] = []
+    t = threading.Thread(target=lambda: done.append(service.serve(settings, stop)))
+    t.start()
+    service.time.sleep(0.3)
+    stop.set()
+    t.join(10)
+    assert done == [0]
+    lines = [line for line in capsys.readouterr().out.splitlines()
+             if line.startswith("writer lock:")]
+    assert [line.split()[2] for line in lines] == ["took", "releasing"], lines
+    took, released = (int(line.split(" at ")[1].split()[0]) for line in lines)
+    assert took <= released
+    assert recorded  # the last bookkeeping happened before the release line
