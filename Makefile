@@ -98,7 +98,7 @@ kafka-cluster-down:
 cluster-down: s3-down pg-down spark-cluster-down kafka-cluster-down
 
 demo: setup kafka-up
-	$(PY) -m orchestration.demo
+	$(PY) -m testkit.demo
 
 # The same pipeline on the cluster stack (infra/cluster.env: s3a:// root on S3Proxy, Spark
 # standalone, Dagster on PostgreSQL in .dagster_home_cluster, three brokers). The servers keep
@@ -106,7 +106,7 @@ demo: setup kafka-up
 CLUSTER_HOME := $(CURDIR)/.dagster_home_cluster
 CLUSTER_ENV := set -a; . infra/cluster.env; set +a; export DAGSTER_HOME=$(CLUSTER_HOME)
 demo-cluster: setup cluster-up
-	@$(CLUSTER_ENV); $(MAKE) --no-print-directory dagster-instance && $(PY) -m orchestration.demo
+	@$(CLUSTER_ENV); $(MAKE) --no-print-directory dagster-instance && $(PY) -m testkit.demo
 
 ui-cluster: setup
 	@$(CLUSTER_ENV); $(MAKE) --no-print-directory dagster-instance && \
@@ -127,7 +127,7 @@ ui: setup
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -p $${DAGSTER_PORT:-3000} -w workspace.yaml
 
 stream: setup kafka-up
-	$(PY) -m spark_jobs.service
+	$(PY) -m service.runner
 
 # The product against hand-written Spark jobs on one topic, warmed, interleaved, medians of 3
 # (bench.ratios: BENCH_EVENTS=2000000), then the service at 20,000 and 5,000 events/s

@@ -5,7 +5,7 @@ from pathlib import Path
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from assets.resources import LakehouseResource, SparkResource
-from spark_jobs.timeline import write_timeline
+from reporting.timeline import write_timeline
 
 
 @asset(key="timeline_report", deps=["streaming_aggregates"], group_name="observe",

@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from bench import spark_ui, write_result  # noqa: E402
-from lakehouse.generator import GeneratorConfig, generate, produce  # noqa: E402
 from lakehouse.settings import Settings  # noqa: E402
+from testkit.generator import GeneratorConfig, generate, produce  # noqa: E402
 
 TABLES = ("bronze_events", "quarantined_events", "streaming_aggregates", "late_events",
           "stream_progress")

@@ -27,8 +27,8 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 from bench import handwritten, write_result  # noqa: E402
-from lakehouse.generator import GeneratorConfig, generate, produce  # noqa: E402
 from lakehouse.settings import Settings  # noqa: E402
+from testkit.generator import GeneratorConfig, generate, produce  # noqa: E402
 
 WORK = Path("/tmp") / f"lakehouse-bench-{uuid.uuid4().hex[:6]}"
 

@@ -33,8 +33,8 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 from bench import write_result  # noqa: E402
-from lakehouse.generator import GeneratorConfig, generate, produce  # noqa: E402
 from lakehouse.settings import Settings  # noqa: E402
+from testkit.generator import GeneratorConfig, generate, produce  # noqa: E402
 
 LATE_EVENTS = 50
 
@@ -161,9 +161,9 @@ def main() -> int:
 
     from spark_jobs import stream
     from spark_jobs.corrections import run_corrections
-    from spark_jobs.parse import classify
     from spark_jobs.replay import run_replay
     from spark_jobs.session import get_spark
+    from transforms.parse import classify
 
     spark = get_spark(settings)
     raw = (spark.read.format("kafka").options(**settings.spark_kafka_options)

@@ -107,7 +107,7 @@ def window_means(rows: list[dict], column: str, t0: float, minute: tuple[int, in
 
 
 def main() -> int:
-    from spark_jobs.faults import output, start_service
+    from testkit.faults import output, start_service
 
     seconds = int(os.environ.get("BENCH_SERVICE_SECONDS", "600"))
     rate = int(os.environ.get("BENCH_SERVICE_RATE", "20000"))

@@ -104,7 +104,7 @@ def write_text(uri: str, text: str, env: Mapping[str, str] | None = None) -> str
         local.write_text(text)
         return str(local)
 
-    filesystem, path = _arrow_fs(uri, env)
+    filesystem, path = arrow_fs(uri, env)
     with filesystem.open_output_stream(path) as out:
         out.write(text.encode())
     return uri
@@ -116,14 +116,16 @@ def read_text(uri: str, env: Mapping[str, str] | None = None) -> str | None:
         return local.read_text() if local.exists() else None
     from pyarrow import fs
 
-    filesystem, path = _arrow_fs(uri, env)
+    filesystem, path = arrow_fs(uri, env)
     if filesystem.get_file_info(path).type == fs.FileType.NotFound:
         return None
     with filesystem.open_input_stream(path) as stream:
         return stream.read().decode()
 
 
-def _arrow_fs(uri: str, env: Mapping[str, str] | None):
+def arrow_fs(uri: str, env: Mapping[str, str] | None = None):
+    """A pyarrow filesystem and the path in it for a URI (object stores with the same
+    non-secret options as delta-rs, keys from the environment)."""
     from pyarrow import fs
 
     env = os.environ if env is None else env
@@ -148,6 +150,6 @@ def list_names(uri: str, env: Mapping[str, str] | None = None) -> list[str]:
         return sorted(p.name for p in local.iterdir()) if local.is_dir() else []
     from pyarrow import fs
 
-    filesystem, path = _arrow_fs(uri, env)
+    filesystem, path = arrow_fs(uri, env)
     infos = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
     return sorted(info.base_name for info in infos)

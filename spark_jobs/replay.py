@@ -31,8 +31,6 @@ from lakehouse.locks import date_lock
 from lakehouse.settings import Settings, day_bounds
 from lakehouse.state_rows import latest_row
 from lakehouse.topic_checks import require_log_append_time
-from spark_jobs.counting import events_for_date
-from spark_jobs.parse import VALID_COLUMNS, classify
 from spark_jobs.tables import (
     BRONZE,
     REPLAY,
@@ -43,7 +41,9 @@ from spark_jobs.tables import (
     read_table,
     table_version,
 )
-from spark_jobs.windows import aggregate_windows
+from transforms.counting import events_for_date
+from transforms.parse import VALID_COLUMNS, classify
+from transforms.windows import aggregate_windows
 
 
 class ReplayIncomplete(RuntimeError):

@@ -49,8 +49,6 @@ from lakehouse.locks import Fence, checkpoint_lock
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.checkpoint import INGEST_QUERY
-from spark_jobs.counting import ARRIVAL_ORDER
-from spark_jobs.parse import VALID_COLUMNS, classify, quarantine_projection
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import CHUNK_COLUMNS, RecentIds, free_checkpointed
 from spark_jobs.tables import (
@@ -66,7 +64,9 @@ from spark_jobs.tables import (
     newest_stream_commit,
     read_changes,
 )
-from spark_jobs.windows import aggregate_windows, window_of
+from transforms.counting import ARRIVAL_ORDER
+from transforms.parse import VALID_COLUMNS, classify, quarantine_projection
+from transforms.windows import aggregate_windows, window_of
 
 WINDOW_KEYS = ("event_date", "window_start", "key")
 COMMIT_METADATA = "spark.databricks.delta.commitInfo.userMetadata"

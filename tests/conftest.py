@@ -159,7 +159,7 @@ def spark(tmp_path_factory):
 def publish_instance(settings, cfg, chunks: int, instance):
     """Produce `cfg`'s records in `chunks` arrival-ordered chunks with a stream catch-up after
     each, then reconcile every event date. Returns (records, dates)."""
-    from lakehouse.generator import generate, produce
+    from testkit.generator import generate, produce
 
     records = generate(cfg).records
     step = -(-len(records) // chunks)
@@ -185,7 +185,7 @@ def scenario(tmp_path_factory, kafka_bootstrap, spark):
         from dagster import DagsterInstance
         from reference import Expected
 
-        from lakehouse.generator import GeneratorConfig, generate, produce
+        from testkit.generator import GeneratorConfig, generate, produce
 
         now = datetime.now(UTC).replace(second=0, microsecond=0)
         midnight = datetime.combine(now.date(), time.min, tzinfo=UTC)

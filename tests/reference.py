@@ -1,6 +1,6 @@
 """An independent reference model of the pipeline's semantics, in plain Python (no Spark):
 the expected tables for records produced in chunks with one catch-up after each chunk. The
-row, dedup and window rules are `lakehouse.reference` (one copy, shared with the drills)."""
+row, dedup and window rules are `testkit.reference` (one copy, shared with the drills)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lakehouse.reference import (  # noqa: F401 - re-exported for the tests
+from testkit.reference import (  # noqa: F401 - re-exported for the tests
     DELAY,
     VALID_KINDS,
     WINDOW,

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lakehouse.generator import GeneratorConfig, generate, produce
 from lakehouse.kafka_admin import ensure_topic
 from lakehouse.table_reads import read
 from spark_jobs import stream
+from testkit.generator import GeneratorConfig, generate, produce
 
 
 def positions(settings, table):

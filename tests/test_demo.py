@@ -1,4 +1,4 @@
-"""`make demo` reads like a tool: its CLI (`python -m orchestration.demo`) prints one line per step
+"""`make demo` reads like a tool: its CLI (`python -m testkit.demo`) prints one line per step
 and the summary, not Dagster's event stream (which stays in the run storage) nor Spark's log;
 a bad setting or a failed step is a clear error line and a non-zero exit. Each case runs the
 real CLI in a subprocess on a tiny workload, with its own DAGSTER_HOME, LAKEHOUSE_ROOT and
@@ -36,7 +36,7 @@ def run_demo(tmp_path: Path, bootstrap: str, timeout: float, **extra: str):
         "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
         **extra,
     })
-    done = subprocess.run([sys.executable, "-m", "orchestration.demo"], cwd=REPO, env=env,
+    done = subprocess.run([sys.executable, "-m", "testkit.demo"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
     return done, home
 

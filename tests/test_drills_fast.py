@@ -41,8 +41,8 @@ def sasl(tmp_path_factory):
 def test_right_credentials_produce_and_consume(sasl, monkeypatch):
     from confluent_kafka import Consumer
 
-    from lakehouse.generator import Record, produce
     from lakehouse.settings import Settings
+    from testkit.generator import Record, produce
 
     broker, user, password = sasl
     for k, v in broker.client_env(user, password).items():

@@ -1,6 +1,6 @@
 from datetime import UTC, datetime, timedelta
 
-from lakehouse.generator import MALFORMED_KINDS, GeneratorConfig, generate
+from testkit.generator import MALFORMED_KINDS, GeneratorConfig, generate
 
 END = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

@@ -10,11 +10,11 @@ from decimal import Decimal
 from pathlib import Path
 
 from lakehouse import delta_log
-from lakehouse.generator import GeneratorConfig, generate, produce
 from lakehouse.kafka_admin import ensure_topic
 from lakehouse.table_reads import read
 from spark_jobs import stream
 from spark_jobs.tables import StreamCommit
+from testkit.generator import GeneratorConfig, generate, produce
 
 TABLES = ("bronze_events", "quarantined_events", "late_events", "streaming_aggregates")
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics of `make stream` (`spark_jobs.metrics`): from hand-made progress reports and
+"""Prometheus metrics of `make stream` (`service.metrics`): from hand-made progress reports and
 Delta commits (no Spark, no broker), then end to end: the service as a subprocess on a fresh topic
 and lakehouse, scraped over HTTP while it ingests good, bad and late records."""
 
@@ -18,11 +18,11 @@ from conftest import free_port
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lakehouse.generator import Record, produce
 from lakehouse.kafka_admin import PartitionOffsets
 from lakehouse.settings import Settings
-from spark_jobs.metrics import StreamMetrics
-from spark_jobs.parse import REASONS
+from service.metrics import StreamMetrics
+from testkit.generator import Record, produce
+from transforms.parse import REASONS
 
 Samples = dict[tuple[str, frozenset], float]
 

@@ -24,7 +24,7 @@ from lakehouse.table_reads import compare_tables, read
 @pytest.fixture(scope="module")
 def instance_of_module(tmp_path_factory, kafka_bootstrap, spark):
     """A published instance of this module's own: one date, late events and duplicates."""
-    from lakehouse.generator import GeneratorConfig
+    from testkit.generator import GeneratorConfig
 
     with pipeline_env(tmp_path_factory.mktemp("recon"), kafka_bootstrap, "recon") as settings:
         end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=10)
@@ -184,7 +184,7 @@ def test_records_arriving_after_a_corrections_run_wait_for_the_next_one_not_fail
     stamped Kafka offsets), so new records of the date never race the blocking check."""
     from datetime import time, timedelta
 
-    from lakehouse.generator import GeneratorConfig, generate, produce
+    from testkit.generator import GeneratorConfig, generate, produce
 
     settings, instance, d = published
     events_before = sum(read(settings, "reconciled_aggregates", d)["event_count"].to_pylist())
@@ -237,7 +237,7 @@ def test_a_topic_cut_by_retention_is_reported_incomplete_never_proven(
     log on both sides) is reported incomplete instead of passing."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-    from lakehouse.generator import GeneratorConfig
+    from testkit.generator import GeneratorConfig
 
     with pipeline_env(tmp_path / "a", kafka_bootstrap, "cut") as settings:
         instance = DagsterInstance.ephemeral()
@@ -281,7 +281,7 @@ def test_a_topic_cut_by_retention_is_reported_incomplete_never_proven(
     # Produce a little more, then a fresh instance on the cut topic: it starts at the earliest
     # retained offset and sees only what is left.
     with pipeline_env(tmp_path / "b", kafka_bootstrap, "cut", settings.events_topic) as fresh:
-        from lakehouse.generator import generate, produce
+        from testkit.generator import generate, produce
 
         produce(fresh, generate(GeneratorConfig(
             count=50, seed=6, end=datetime.now(UTC) - timedelta(minutes=2),
@@ -302,9 +302,9 @@ def test_the_check_fails_when_gold_and_replay_come_from_different_positions(publ
     """The proof compares gold and a replay of the same log prefix, or fails naming both."""
     from datetime import time
 
-    from lakehouse.generator import GeneratorConfig, generate, produce
     from spark_jobs.replay import run_replay
     from spark_jobs.tables import BRONZE, table_version
+    from testkit.generator import GeneratorConfig, generate, produce
 
     settings, instance, d = published
     produce(settings, generate(GeneratorConfig(
@@ -330,8 +330,8 @@ def test_two_corrections_runs_of_one_date_at_once_are_serialized(published, spar
     import threading
     from collections import Counter
 
-    from lakehouse.generator import GeneratorConfig, generate, produce
     from spark_jobs.corrections import run_corrections
+    from testkit.generator import GeneratorConfig, generate, produce
 
     settings, instance, d = published
     first = min(read(settings, "reconciled_aggregates", d)["window_start"].to_pylist())

@@ -5,9 +5,9 @@ Dagster's run storage, or anything the process printed (Python, the JVM, librdka
 from dagster import DagsterInstance
 from dagster._serdes import serialize_value
 
-from lakehouse.generator import GeneratorConfig, generate, produce
 from lakehouse.kafka_admin import ensure_topic
 from lakehouse.settings import Settings
+from testkit.generator import GeneratorConfig, generate, produce
 
 SECRET = "pw-9f3b1c-never-printed"
 

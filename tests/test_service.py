@@ -10,11 +10,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from reference import aggregate, dedup, rows_of
 
-from lakehouse.generator import GeneratorConfig, generate, produce
 from lakehouse.locks import CheckpointBusy
 from lakehouse.table_reads import read
 from spark_jobs import stream
-from spark_jobs.faults import (  # noqa: F401
+from testkit.faults import (  # noqa: F401
     in_flight,
     kill_in_flight,
     kill_inside_batch,
@@ -22,6 +21,7 @@ from spark_jobs.faults import (  # noqa: F401
     start_service,
     wait_for,
 )
+from testkit.generator import GeneratorConfig, generate, produce
 
 
 def bronze_rows(settings):

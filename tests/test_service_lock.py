@@ -12,7 +12,7 @@ import pytest
 
 from lakehouse.locks import WriterLockLost
 from lakehouse.settings import Settings
-from spark_jobs import service
+from service import runner as service
 
 
 class FakeFence:

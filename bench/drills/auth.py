@@ -113,7 +113,7 @@ def storage_text(home: str) -> str:
 def run(ctx: Context, result: DrillResult) -> DrillResult:
     from dagster import DagsterInstance
 
-    from lakehouse.generator import GeneratorConfig, generate
+    from testkit.generator import GeneratorConfig, generate
 
     folder = ctx.workdir / NAME
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """Drill 4, bad input at volume: 1,000,000 records (x DRILLS_SCALE), 10% of them malformed, across
-every kind the generator makes (`lakehouse.generator.MALFORMED_KINDS`) and more: the other
+every kind the generator makes (`testkit.generator.MALFORMED_KINDS`) and more: the other
 reason codes (missing key, missing event time, value out of range, empty payload and
 tombstone), giant payloads (> MAX_EVENT_BYTES), binary garbage, JSON nested 10,000 deep (alone,
 and under `attributes` of an otherwise valid event) and wrong types (value and event_time as
@@ -62,13 +62,13 @@ CONTRACT_GAPS = {k for k, (reason, _) in EXTRA_KINDS.items() if reason is None}
 
 
 def kinds_table() -> dict[str, tuple[str | None, float]]:
-    from lakehouse.generator import MALFORMED_KINDS
+    from testkit.generator import MALFORMED_KINDS
 
     return {**{k: (k, 1.0) for k in MALFORMED_KINDS}, **EXTRA_KINDS}
 
 
 def bad_value(kind: str, t: datetime, rnd: random.Random, i: int, max_bytes: int) -> bytes | None:
-    from lakehouse.generator import MALFORMED_KINDS, _malformed
+    from testkit.generator import MALFORMED_KINDS, _malformed
 
     if kind in MALFORMED_KINDS:
         return _malformed(kind, t, rnd, i)
@@ -123,7 +123,7 @@ def bad_value(kind: str, t: datetime, rnd: random.Random, i: int, max_bytes: int
 def workload(count: int, seed: int, end: datetime, bad_share: float, max_bytes: int):
     """`count` records in arrival order, `bad_share` of them bad (each kind at least once);
     returns (records, kind per record: 'valid' or the bad kind)."""
-    from lakehouse.generator import GeneratorConfig, Record, generate
+    from testkit.generator import GeneratorConfig, Record, generate
 
     rnd = random.Random(seed)
     n_bad = int(count * bad_share)
@@ -166,8 +166,8 @@ def timed_bronze_catch_up(ctx: Context, settings) -> float:
 
 
 def run(ctx: Context, result: DrillResult) -> DrillResult:
-    from lakehouse.generator import GeneratorConfig, generate
-    from spark_jobs.parse import REASONS
+    from testkit.generator import GeneratorConfig, generate
+    from transforms.parse import REASONS
 
     count = ctx.n(1_000_000, 2_000)
     end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=10)

@@ -33,7 +33,7 @@ from bench.drills.common import (
     service_env,
     table_or_empty,
 )
-from spark_jobs import faults
+from testkit import faults
 
 NAME = "broker_restart"
 
@@ -41,8 +41,8 @@ NAME = "broker_restart"
 def run(ctx: Context, result: DrillResult) -> DrillResult:
     import json
 
-    from lakehouse.generator import GeneratorConfig, generate
     from lakehouse.kafka_admin import ensure_topic, forget_admins
+    from testkit.generator import GeneratorConfig, generate
 
     rnd = random.Random(ctx.seed + 2)
     folder = ctx.workdir / NAME

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import date
 from pathlib import Path
 
-from lakehouse.reference import expected_windows, table_windows
+from testkit.reference import expected_windows, table_windows
 
 
 @dataclass
@@ -313,7 +313,7 @@ def wait_until(predicate, timeout: float, what: str, poll: float = 1.0, proc=Non
         if predicate():
             return
         if proc is not None and proc.poll() is not None:
-            from spark_jobs.faults import output
+            from testkit.faults import output
 
             raise DrillFailed(f"process exited {proc.returncode} while waiting for {what}: "
                               f"{output(proc)}")

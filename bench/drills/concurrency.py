@@ -31,7 +31,7 @@ from bench.drills.common import (
     step_failures,
     unique_changelog,
 )
-from spark_jobs import faults
+from testkit import faults
 
 NAME = "concurrency"
 SERIALIZED_TABLES = ("late_corrections", "reconciled_aggregates")
@@ -56,10 +56,10 @@ def commit_spans(settings, run_ids: list[str]) -> dict[str, tuple[int, int]]:
 def run(ctx: Context, result: DrillResult) -> DrillResult:
     from dagster import DagsterInstance
 
-    from lakehouse.generator import GeneratorConfig, generate
     from lakehouse.table_reads import read
     from spark_jobs import stream
     from spark_jobs.corrections import run_corrections
+    from testkit.generator import GeneratorConfig, generate
 
     folder = ctx.workdir / NAME
     folder.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ order, and the batch it waits for). Every kill point is guaranteed, not drawn:
   (bronze appended, the aggregates MERGE not), `aggregates_before_checkpoint` (the MERGE
   committed, Spark's `commits/N` not);
 - `corrections@<hook>` (`faults.CORRECTIONS_HOOKS`, each at least once): a corrections run of a
-  date (`python -m spark_jobs.faults corrections`) killed while a MERGE has written files it has
+  date (`python -m testkit.faults corrections`) killed while a MERGE has written files it has
   not committed (`merge_files_written`), when gold is committed and its changelog is not
   (`gold_committed`), or when the changelog is committed and `corrections_state` is not
   (`changelog_committed`). Before the last two, late events are sent into published windows of
@@ -49,7 +49,7 @@ from bench.drills.common import (
     table_or_empty,
     unique_changelog,
 )
-from spark_jobs import faults
+from testkit import faults
 
 NAME = "crash_anywhere"
 SERVICE_POINTS = ("ingest_in_flight", *faults.INGEST_KILL_POINTS)
@@ -106,7 +106,7 @@ def changelog_disagreements(settings) -> list[str]:
 def late_into_published(settings, d, n: int, rnd: random.Random, tag: str):
     """`n` new events in final windows of date `d` that gold has published (their windows
     closed long ago: late, and corrections of published windows)."""
-    from lakehouse.generator import Record
+    from testkit.generator import Record
 
     gold = table_or_empty(settings, "reconciled_aggregates")
     windows = sorted({(r["window_start"], r["key"]) for r in (gold.to_pylist() if gold else [])
@@ -127,9 +127,9 @@ def late_into_published(settings, d, n: int, rnd: random.Random, tag: str):
 def run(ctx: Context, result: DrillResult) -> DrillResult:
     from dagster import DagsterInstance
 
-    from lakehouse.generator import GeneratorConfig, generate
     from spark_jobs import stream
     from spark_jobs.corrections import run_corrections
+    from testkit.generator import GeneratorConfig, generate
 
     points = plan(random.Random(ctx.seed))
     n_service = sum(1 for p in points if not p.startswith("corrections"))

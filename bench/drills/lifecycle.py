@@ -27,6 +27,7 @@ import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import unquote
 
 from bench.drills.common import (
     Context,
@@ -42,7 +43,7 @@ from bench.drills.common import (
     unique_changelog,
     wait_until,
 )
-from spark_jobs import faults
+from testkit import faults
 
 NAME = "lifecycle"
 KILL_POINTS = ("quarantine_before_bronze", "bronze_before_aggregates")
@@ -61,11 +62,10 @@ def _positions_of_commit(settings, table: str, batch: tuple[str, int]) -> set[tu
 
     log = faults.DeltaLog(settings.table_path(table)).refresh()
     out: set[tuple[int, int]] = set()
-    for commit in log.commits.values():
-        if commit.batch == batch:
-            for f in commit.adds:
-                t = pq.read_table(log.table / f, columns=["partition", "offset"])
-                out |= set(zip(t["partition"].to_pylist(), t["offset"].to_pylist(), strict=True))
+    for commit in log.commit_of(batch):
+        for add in commit.adds:
+            t = pq.read_table(log.table / unquote(add["path"]), columns=["partition", "offset"])
+            out |= set(zip(t["partition"].to_pylist(), t["offset"].to_pylist(), strict=True))
     return out
 
 
@@ -90,9 +90,9 @@ def _checkpoint_files(folder: Path) -> dict[str, int]:
 def run(ctx: Context, result: DrillResult) -> DrillResult:
     from dagster import DagsterInstance
 
-    from lakehouse.generator import GeneratorConfig, generate
     from spark_jobs import stream
     from spark_jobs.tables import newest_stream_commit, stream_commits
+    from testkit.generator import GeneratorConfig, generate
 
     folder = ctx.workdir / NAME
     folder.mkdir(parents=True, exist_ok=True)

@@ -49,7 +49,7 @@ import time
 import uuid
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -66,7 +66,8 @@ from bench.drills.common import (
     service_env,
     wait_until,
 )
-from spark_jobs import faults
+from lakehouse.delta_log import Commit, commit_versions, read_commit
+from testkit import faults
 
 NAME = "object_store"
 PAUSE_S = 90.0  # the SIGSTOP, whatever DRILLS_SCALE
@@ -131,50 +132,18 @@ def object_store_stack(env: dict[str, str]):
 # ---------------------------------------------------------------------------------------------
 # The Delta logs, read through the S3 API
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class LogCommit:
-    table: str
-    version: int
-    timestamp: int  # commitInfo.timestamp, epoch ms (the writer's clock: this machine's)
-    operation: str | None
-    user_metadata: str | None
-    txns: list[tuple[str, int]] = field(default_factory=list)
-
-    @property
-    def batch(self) -> tuple[str, int] | None:
-        from spark_jobs.tables import batch_of
-
-        return batch_of(self.user_metadata)
-
-    @property
-    def by_maintenance(self) -> bool:
-        return (self.user_metadata or "").startswith(MAINTENANCE_TAG)
-
-
-def read_log(settings, table: str) -> tuple[list[int], list[LogCommit]]:
+def read_log(settings, table: str) -> tuple[list[int], list[Commit]]:
     """The commit versions listed under the table's `_delta_log/` and the commits read."""
-    from lakehouse import storage
+    uri = settings.table_path(table)
+    versions = commit_versions(uri)
+    return versions, [c for v in versions if (c := read_commit(uri, v)) is not None]
 
-    base = storage.join(settings.table_path(table), "_delta_log")
-    versions = sorted(int(n[:-5]) for n in storage.list_names(base)
-                      if re.fullmatch(r"\d{20}\.json", n))
-    commits = []
-    for v in versions:
-        text = storage.read_text(storage.join(base, f"{v:020d}.json")) or ""
-        commit = LogCommit(table, v, -1, None, None)
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            action = json.loads(line)
-            if "commitInfo" in action:
-                info = action["commitInfo"]
-                commit.timestamp = int(info.get("timestamp", -1))
-                commit.operation = info.get("operation")
-                commit.user_metadata = info.get("userMetadata")
-            elif "txn" in action:
-                commit.txns.append((action["txn"]["appId"], int(action["txn"]["version"])))
-        commits.append(commit)
-    return versions, commits
+
+def tag(c: Commit) -> tuple[str, int] | None:
+    """The ingest batch (query id, batch id) a commit belongs to, if the ingest made it."""
+    from spark_jobs.tables import batch_of
+
+    return batch_of(c.user_metadata)
 
 
 def s3_in_flight(settings) -> int | None:
@@ -265,7 +234,7 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
 def _remove_root(root: str) -> None:
     from lakehouse import storage
 
-    filesystem, path = storage._arrow_fs(root, None)
+    filesystem, path = storage.arrow_fs(root)
     try:
         filesystem.delete_dir(path)
     except OSError as exc:
@@ -274,10 +243,10 @@ def _remove_root(root: str) -> None:
 
 def _drill(ctx: Context, result: DrillResult, settings) -> None:
     from lakehouse import delta_log
-    from lakehouse.generator import GeneratorConfig, generate
     from lakehouse.kafka_admin import ensure_topic
     from spark_jobs.maintenance import STREAM_WRITTEN
     from spark_jobs.tables import ALL_TABLES, BRONZE
+    from testkit.generator import GeneratorConfig, generate
 
     folder = ctx.workdir / NAME
     folder.mkdir(parents=True, exist_ok=True)
@@ -475,14 +444,14 @@ def _drill(ctx: Context, result: DrillResult, settings) -> None:
             gaps = sorted(set(range(newest + 1)) - set(versions))
             problems.append(f"{name}: _delta_log versions not contiguous 0..{newest}: "
                             f"{len(versions)} listed, missing {gaps[:10]}")
-    tags_twice = {name: [b for b, n in Counter(c.batch for c in commits
-                                               if c.batch is not None).items() if n > 1]
+    tags_twice = {name: [b for b, n in Counter(tag(c) for c in commits
+                                               if tag(c) is not None).items() if n > 1]
                   for name, (_, commits) in logs.items()}
     tags_twice = {k: v for k, v in tags_twice.items() if v}
     txns_twice = {name: [t for t, n in Counter(t for c in commits for t in c.txns).items()
                          if n > 1] for name, (_, commits) in logs.items()}
     txns_twice = {k: v for k, v in txns_twice.items() if v}
-    tagged = sum(1 for _, commits in logs.values() for c in commits if c.batch is not None)
+    tagged = sum(1 for _, commits in logs.values() for c in commits if tag(c) is not None)
     say(NAME, f"Delta logs: {versions_checked} versions over {len(logs)} tables, contiguous: "
               f"{not any('contiguous' in p for p in problems)}; {tagged} ingest-tagged commits, "
               f"tags twice: {tags_twice or 'none'}; txn twice: {txns_twice or 'none'}")
@@ -527,7 +496,8 @@ def _drill(ctx: Context, result: DrillResult, settings) -> None:
                 else:
                     attributed["proof (daily tables, date locks)"] += 1
                 continue
-            kind = "maintenance" if c.by_maintenance else "service"
+            kind = ("maintenance" if (c.user_metadata or "").startswith(MAINTENANCE_TAG)
+                    else "service")
             inside = [h for h in intervals if h.start <= c.timestamp <= h.end
                       and (h.table is None or h.table == name)]
             # A lost holder's interval ends where the new holder's starts.

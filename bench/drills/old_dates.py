@@ -45,7 +45,7 @@ from bench.drills.common import (
     unique_changelog,
     wait_until,
 )
-from spark_jobs import faults
+from testkit import faults
 
 NAME = "old_dates"
 DAYS_BACK = 3
@@ -60,7 +60,7 @@ def _positions(settings, table: str) -> Counter:
 
 def _windows_of(settings, table: str, d) -> dict:
     """{(window_start, key): (count, sum, min, max)} of `table` for event date `d`."""
-    from lakehouse.reference import table_windows
+    from testkit.reference import table_windows
 
     t = table_or_empty(settings, table)
     if t is None:
@@ -69,7 +69,7 @@ def _windows_of(settings, table: str, d) -> dict:
 
 
 def _reference_of(records, d) -> dict:
-    from lakehouse.reference import expected_windows
+    from testkit.reference import expected_windows
 
     return {k: v for k, v in expected_windows(records).items() if k[0].date() == d}
 
@@ -77,8 +77,8 @@ def _reference_of(records, d) -> dict:
 def _late_records(old, earlier, n_new: int, n_resent: int, rnd: random.Random):
     """New events with event times spread over date `old`, and re-sent copies of `old`'s events
     already produced (`earlier`), shuffled: the late burst."""
-    from lakehouse.generator import Record
-    from lakehouse.reference import event_time
+    from testkit.generator import Record
+    from testkit.reference import event_time
 
     keys = sorted({r.event["key"] for r in earlier if r.event})
     day = datetime.combine(old, clock(0), UTC)
@@ -99,10 +99,10 @@ def _late_records(old, earlier, n_new: int, n_resent: int, rnd: random.Random):
 def run(ctx: Context, result: DrillResult) -> DrillResult:
     from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, build_sensor_context
 
-    from lakehouse.generator import GeneratorConfig, generate
     from orchestration.definitions import defs
     from spark_jobs import stream
     from spark_jobs.tables import newest_stream_commit
+    from testkit.generator import GeneratorConfig, generate
 
     rnd = random.Random(ctx.seed + 31)
     folder = ctx.workdir / NAME

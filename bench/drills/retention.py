@@ -25,7 +25,7 @@ from bench.drills.common import (
     say,
     step_failures,
 )
-from lakehouse.reference import expected_windows, table_windows
+from testkit.reference import expected_windows, table_windows
 
 NAME = "retention"
 
@@ -49,9 +49,9 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
     from dagster import DagsterInstance
 
     from assets.checks import prove_dates
-    from lakehouse.generator import GeneratorConfig, generate
     from lakehouse.kafka_admin import topic_offsets
     from lakehouse.table_reads import read
+    from testkit.generator import GeneratorConfig, generate
 
     spark = ctx.spark()
     problems: list[str] = []

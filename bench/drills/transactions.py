@@ -31,9 +31,9 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
     from dagster import DagsterInstance
 
     from lakehouse.env import overridden
-    from lakehouse.generator import GeneratorConfig, generate
     from lakehouse.kafka_admin import ensure_topic
     from lakehouse.table_reads import read
+    from testkit.generator import GeneratorConfig, generate
 
     ctx.spark()
     problems: list[str] = []

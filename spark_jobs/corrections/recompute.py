@@ -10,8 +10,8 @@ from pyspark.sql import functions as F
 from lakehouse.settings import Settings, from_micros
 from spark_jobs.corrections.result import KEY
 from spark_jobs.corrections.scope import time_ranges
-from spark_jobs.counting import events_for_date
-from spark_jobs.windows import aggregate_windows, with_window_bounds
+from transforms.counting import events_for_date
+from transforms.windows import aggregate_windows, with_window_bounds
 
 
 def recompute(bronze: DataFrame, settings: Settings, d: date, scope: DataFrame | None) -> DataFrame:

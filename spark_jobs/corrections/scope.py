@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from lakehouse.settings import Settings
 from spark_jobs.corrections.result import KEY, CorrectionResult
 from spark_jobs.tables import BRONZE, RECONCILED, read_changes, read_table
-from spark_jobs.windows import with_window_bounds
+from transforms.windows import with_window_bounds
 
 
 def affected_windows(spark: SparkSession, settings: Settings, d: date, bronze: DataFrame,

@@ -29,10 +29,10 @@ from conftest import REPO, run_job
 from reference import Expected
 
 from lakehouse import storage
-from lakehouse.generator import GeneratorConfig, generate, produce
 from lakehouse.kafka_admin import admin, topic_offsets
 from lakehouse.settings import Settings
 from lakehouse.table_reads import compare_tables, read
+from testkit.generator import GeneratorConfig, generate, produce
 
 RUN_TIMEOUT_S = 900
 

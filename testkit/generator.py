@@ -1,6 +1,6 @@
 """Realistic event generator (DESIGN §3): deterministic for a seed, produced to Kafka.
 
-    python -m lakehouse.generator --count 100000 --seed 7 [--rate 50000] [--end 2026-11-21T12:00Z]
+    python -m testkit.generator --count 100000 --seed 7 [--rate 50000] [--end 2026-11-21T12:00Z]
 
 Traffic over `--span` of event time ending at `--end` (default now): a hot key, arrivals out of
 order within the watermark delay, a fraction of late arrivals (minutes to hours behind), re-sent

@@ -37,16 +37,17 @@ from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from urllib.parse import unquote
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from lakehouse import storage
+from lakehouse.delta_log import LogFollower, data_file_uri
 from lakehouse.kafka_admin import PartitionOffsets, consumer_lag, topic_offsets
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.checkpoint import INGEST_QUERY
-from spark_jobs.parse import REASONS
+from transforms.parse import REASONS
 
 QUERIES = (INGEST_QUERY,)
 ADDRESS = "127.0.0.1"
@@ -63,65 +64,16 @@ def _epoch_s(text: str | None) -> float | None:
 
 
 # ---- Delta logs ----------------------------------------------------------------------------------
-class DeltaAppends:
-    """Follows a Delta table's log from the version current at construction and returns the
-    `add` actions of each later commit that only appended data (data-changing adds, no
-    removes: what the stream's appends are; an OPTIMIZE, MERGE or overwrite adds nothing
-    here). Reads `_delta_log/<version>.json` files through pyarrow's filesystems, so local
-    roots and object stores (`s3a://` read as `s3://`) work alike."""
-
-    def __init__(self, table_uri: str):
-        from pyarrow import fs as pafs
-
-        uri = "s3://" + table_uri[len("s3a://"):] if table_uri.startswith("s3a://") else table_uri
-        if "://" in uri:
-            self.fs, self.base = pafs.FileSystem.from_uri(uri)
-        else:
-            self.fs, self.base = pafs.LocalFileSystem(), uri
-        self.version = self._latest_version()
-
-    def _log(self, name: str = "") -> str:
-        return f"{self.base.rstrip('/')}/_delta_log/{name}"
-
-    def _latest_version(self) -> int:
-        """The newest commit version, -1 when the table does not exist yet (so its creation and
-        every later commit are new)."""
-        from pyarrow import fs as pafs
-
-        try:
-            infos = self.fs.get_file_info(pafs.FileSelector(self._log(), allow_not_found=True))
-        except FileNotFoundError:
-            return -1
-        versions = [int(i.base_name[:-5]) for i in infos
-                    if i.base_name.endswith(".json") and i.base_name[:-5].isdigit()]
-        return max(versions, default=-1)
-
-    def _read(self, version: int) -> str | None:
-        try:
-            with self.fs.open_input_stream(self._log(f"{version:020d}.json")) as f:
-                return f.read().decode("utf-8")
-        except FileNotFoundError:
-            return None
-
-    def new_appends(self) -> list[dict]:
-        adds: list[dict] = []
-        while (text := self._read(self.version + 1)) is not None:
-            actions = [json.loads(line) for line in text.splitlines() if line.strip()]
-            if not any("remove" in a for a in actions):
-                adds += [a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)]
-            self.version += 1
-        return adds
-
-    def file_path(self, add: dict) -> str:
-        path = unquote(add["path"])
-        return path if "://" in path else f"{self.base.rstrip('/')}/{path}"
+def appended(follower: LogFollower) -> list[dict]:
+    """The data files the followed table's new commits appended."""
+    return [add for commit in follower.new_commits() for add in commit.appended()]
 
 
 def _records(add: dict) -> int:
     return int(json.loads(add.get("stats") or "{}").get("numRecords", 0))
 
 
-def reasons_of(follower: DeltaAppends, adds: Iterable[dict]) -> Tally:
+def reasons_of(table_uri: str, adds: Iterable[dict]) -> Tally:
     """Quarantined records per reason in these added files: from the file's min/max statistics
     when they agree, else from its `reason` column."""
     import pyarrow.parquet as pq
@@ -134,9 +86,9 @@ def reasons_of(follower: DeltaAppends, adds: Iterable[dict]) -> Tally:
         if lo is not None and lo == hi and "numRecords" in stats:
             tally[lo] += int(stats["numRecords"])
             continue
-        column = pq.read_table(follower.file_path(add), columns=["reason"],
-                               filesystem=follower.fs).column("reason")
-        tally.update(column.to_pylist())
+        filesystem, path = storage.arrow_fs(data_file_uri(table_uri, add))
+        tally.update(pq.read_table(path, columns=["reason"], filesystem=filesystem)
+                     .column("reason").to_pylist())
     return tally
 
 
@@ -160,7 +112,7 @@ class StreamMetrics:
         self._watermark_s: float | None = None
         self._last_success: dict[str, float] = {}
         self._last_trigger: dict[str, str] = {}  # newest progress `timestamp` seen per query
-        self._followers: dict[str, DeltaAppends] = {}
+        self._followers: dict[str, LogFollower] = {}
         self._errors: dict[str, str] = {}
         self._server = None
         self._stop = threading.Event()
@@ -264,9 +216,9 @@ class StreamMetrics:
                     self._last_success.setdefault(q, t)
 
     # ---- polling ---------------------------------------------------------------------------
-    def _follow(self, name: str) -> DeltaAppends:
+    def _follow(self, name: str) -> LogFollower:
         if name not in self._followers:
-            self._followers[name] = DeltaAppends(self.settings.table_path(name))
+            self._followers[name] = LogFollower(self.settings.table_path(name))
         return self._followers[name]
 
     def _guard(self, source: str, step: Callable[[], None]) -> None:
@@ -295,11 +247,11 @@ class StreamMetrics:
 
         def quarantine() -> None:
             follower = self._follow("quarantined_events")
-            for reason, n in reasons_of(follower, follower.new_appends()).items():
+            for reason, n in reasons_of(follower.table_uri, appended(follower)).items():
                 self.quarantined.labels(reason).inc(n)
 
         def late() -> None:
-            n = sum(_records(a) for a in self._follow("late_events").new_appends())
+            n = sum(_records(a) for a in appended(self._follow("late_events")))
             if n:
                 self.late_events.inc(n)
                 self.dropped.labels(INGEST_QUERY).inc(n)

@@ -5,7 +5,7 @@ checkpoint lock while running, so a catch-up started meanwhile fails with a clea
 of corrupting the checkpoint. SIGTERM or SIGINT stops the query and exits 0; since every
 write of a batch is idempotent, a stop (or a crash) mid-batch is repaired by the next start.
 While it runs, Prometheus metrics are served on 127.0.0.1:$METRICS_PORT/metrics
-(`spark_jobs.metrics`).
+(`service.metrics`).
 
 The output says when the service took, released or lost the writer lock (`writer lock: ...`
 lines with the epoch milliseconds), so its commits can be matched to the time it held it. On an
@@ -29,8 +29,8 @@ from confluent_kafka import KafkaException
 from lakehouse.kafka_admin import PartitionOffsets, ensure_topic, topic_offsets
 from lakehouse.locks import CheckpointBusy, Fence, WriterLockLost, checkpoint_lock
 from lakehouse.settings import Settings, spark_interval
+from service.metrics import serving
 from spark_jobs.checkpoint import INGEST_QUERY
-from spark_jobs.metrics import serving
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import RecentIds
 from spark_jobs.session import get_spark

@@ -2,7 +2,7 @@
 
 Only aggregates leave Spark (about 120 rows per series, one row for the histogram); every value is
 collected as epoch microseconds and turned into UTC datetimes here, so nothing depends on the
-Python process's time zone. The drawing (plotly) is `spark_jobs.timeline_plot`.
+Python process's time zone. The drawing (plotly) is `reporting.timeline_plot`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pyspark.sql import functions as F
 
 from lakehouse import storage
 from lakehouse.settings import Settings
+from reporting.timeline_plot import Histogram, Series, TimelineData, choose_bucket, render, summary
 from spark_jobs.checkpoint import INGEST_QUERY
 from spark_jobs.tables import BRONZE, LATE, PROGRESS, read_table
-from spark_jobs.timeline_plot import Histogram, Series, TimelineData, choose_bucket, render, summary
 
 DEFAULT_DELAYS = tuple(timedelta(seconds=s) for s in (0, 5, 10, 30, 60, 120, 300, 900, 3600))
 US = 1_000_000

@@ -167,7 +167,7 @@ class Demo:
         self.console.line(where + (f"; console output: {self.log_path}" if self.log_path else ""))
 
     def produce(self, records, label: str) -> None:
-        from lakehouse.generator import produce
+        from testkit.generator import produce
 
         start = time.monotonic()
         with self.console.running(f"  {'produce':16s} {label}"):
@@ -182,8 +182,8 @@ def _has_bronze(settings: Settings) -> bool:
 
 def demo(settings: Settings, knobs: Knobs, instance, console: Console,
          log_path: str | None) -> int:
-    from lakehouse.generator import GeneratorConfig, generate
     from lakehouse.table_reads import compare_tables, table_counts
+    from testkit.generator import GeneratorConfig, generate
 
     generated = generate(GeneratorConfig(count=knobs.count, seed=knobs.seed, span=knobs.span))
     kinds = generated.kinds()

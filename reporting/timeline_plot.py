@@ -1,6 +1,6 @@
 """The observability timeline as ONE self-contained HTML file, drawn with plotly.
 
-No Spark here: `spark_jobs.timeline` collects a `TimelineData`; this module only turns it into a
+No Spark here: `reporting.timeline` collects a `TimelineData`; this module only turns it into a
 page, so the rendering is testable with hand-made data. The page holds:
 
 - plotly.js itself, inline, once (what `include_plotlyjs=True` embeds: nothing is fetched from a

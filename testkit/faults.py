@@ -1,15 +1,15 @@
 """Fault injection on real processes, timed by the pipeline's own durable state (not sleeps).
 
-- `start_service` / `wait_for`: `python -m spark_jobs.service` as a child process.
+- `start_service` / `wait_for`: `python -m service.runner` as a child process.
 - `in_flight` / `kill_in_flight`: SIGKILL the service while a micro-batch of a query is in
   flight: its write-ahead `offsets/N` is written and `commits/N` is not.
 - `DeltaLog`: a table's `_delta_log` read incrementally (commit versions, the ingest batch each
   commit belongs to, the data files each commit adds), for the finer kill points:
   `kill_inside_batch` (inside the ingest foreachBatch, between two of its commits) and
-  `kill_corrections` (inside a corrections run: a MERGE has written
-  data files it has not committed, or the changelog is committed and gold is not, or gold is
-  and `corrections_state` is not).
-- `python -m spark_jobs.faults corrections <date> <run_id>`: one corrections run of a date in
+  `kill_corrections` (inside a corrections run: a MERGE has written data files it has not
+  committed, or gold is committed and its changelog is not, or the changelog is and
+  `corrections_state` is not).
+- `python -m testkit.faults corrections <date> <run_id>`: one corrections run of a date in
   a process of its own (the process the drills kill).
 
 Used by the drills (`python -m bench.drills`) and by tests/test_service.py.
@@ -17,16 +17,15 @@ Used by the drills (`python -m bench.drills`) and by tests/test_service.py.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
+from lakehouse.delta_log import Commit, commit_versions, read_commit
 from spark_jobs.tables import batch_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,7 +47,7 @@ def _spawn(args: list[str], env, log_path: str | Path | None) -> subprocess.Pope
 def start_service(env, log_path: str | Path | None = None) -> subprocess.Popen:
     """`make stream`'s service as a child process. Its output goes to a pipe, or to `log_path`
     (for long runs: a pipe nobody reads fills up and blocks the service's prints)."""
-    return _spawn([sys.executable, "-m", "spark_jobs.service"], env, log_path)
+    return _spawn([sys.executable, "-m", "service.runner"], env, log_path)
 
 
 def crash(proc: subprocess.Popen) -> None:
@@ -130,46 +129,21 @@ def kill_in_flight(svc, checkpoint: str, min_batch: int, timeout: float = 240) -
 
 
 # ---------------------------------------------------------------------------------------------
-# The Delta log, read as local files
+# The Delta log (lakehouse.delta_log's commit files) and the data files beside it
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class Commit:
-    version: int
-    batch: tuple[str, int] | None  # (query id, batch id) of a commit the ingest query made
-    operation: str | None
-    adds: set[str] = field(default_factory=set)
-
-
 class DeltaLog:
-    """A local Delta table's `_delta_log`, read incrementally (only commit files not seen)."""
+    """A local Delta table's commits, each commit file read once (`refresh` reads the new
+    ones), and the data files in its folder, committed or not."""
 
     def __init__(self, table_path: str | Path):
-        self.table = Path(str(table_path).removeprefix("file://"))
-        self.dir = self.table / "_delta_log"
+        self.uri = str(table_path)
+        self.table = Path(self.uri.removeprefix("file://"))
         self.commits: dict[int, Commit] = {}
 
     def refresh(self) -> DeltaLog:
-        if not self.dir.exists():
-            return self
-        for f in self.dir.glob("[0-9]*.json"):
-            version = int(f.name.split(".")[0])
-            if version in self.commits:
-                continue
-            try:
-                text = f.read_text()
-            except OSError:
-                continue
-            commit = Commit(version, None, None)
-            for line in text.splitlines():
-                if not line.strip():
-                    continue
-                action = json.loads(line)
-                if "add" in action:
-                    commit.adds.add(unquote(action["add"]["path"]))
-                elif "commitInfo" in action:
-                    commit.operation = action["commitInfo"].get("operation")
-                    commit.batch = batch_of(action["commitInfo"].get("userMetadata"))
-            self.commits[version] = commit
+        for version in commit_versions(self.uri):
+            if version not in self.commits and (c := read_commit(self.uri, version)) is not None:
+                self.commits[version] = c
         return self
 
     @property
@@ -177,7 +151,11 @@ class DeltaLog:
         return max(self.commits) if self.commits else -1
 
     def batches(self) -> set[tuple[str, int]]:
-        return {c.batch for c in self.commits.values() if c.batch is not None}
+        """The (query id, batch id) tags of the ingest query's commits."""
+        return {b for c in self.commits.values() if (b := batch_of(c.user_metadata)) is not None}
+
+    def commit_of(self, batch: tuple[str, int]) -> list[Commit]:
+        return [c for c in self.commits.values() if batch_of(c.user_metadata) == batch]
 
     def data_files(self) -> set[str]:
         """Parquet files under the table folder (relative paths), committed or not."""
@@ -187,7 +165,7 @@ class DeltaLog:
                 if "_delta_log" not in p.parts}
 
     def committed_files(self) -> set[str]:
-        return set().union(*(c.adds for c in self.commits.values())) if self.commits else set()
+        return {unquote(a["path"]) for c in self.commits.values() for a in c.adds}
 
 
 # Kill points inside an ingest batch, one after each of its Delta commits (its appends:
@@ -242,7 +220,7 @@ CORRECTIONS_HOOKS = ("merge_files_written", "gold_committed", "changelog_committ
 
 def corrections_process(env, d, run_id: str, log_path: str | Path) -> subprocess.Popen:
     """One corrections run of date `d` in a process (group) of its own, to be killed."""
-    return _spawn([sys.executable, "-m", "spark_jobs.faults", "corrections", d.isoformat(),
+    return _spawn([sys.executable, "-m", "testkit.faults", "corrections", d.isoformat(),
                    run_id], env, log_path)
 
 
@@ -312,4 +290,4 @@ def _corrections_main(argv: list[str]) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["corrections"]:
         sys.exit(_corrections_main(sys.argv[2:]))
-    sys.exit("usage: python -m spark_jobs.faults corrections <date> <run_id>")
+    sys.exit("usage: python -m testkit.faults corrections <date> <run_id>")
