@@ -67,6 +67,19 @@ class Generated:
         return Counter(r.kind for r in self.records)
 
 
+def end_across_midnight(now: datetime, after: timedelta = timedelta(hours=2),
+                        margin: timedelta = timedelta(minutes=10),
+                        room: timedelta = timedelta(minutes=40)) -> datetime:
+    """An end for generated data that spans a UTC midnight whatever the hour `now` is: up to
+    `after` past the newest midnight and at least `margin` before `now`; in the first `room`
+    after a midnight (too little of the new date yet), `after` past the midnight before."""
+    now = now.astimezone(UTC)
+    midnight = datetime.combine(now.date(), datetime.min.time(), tzinfo=UTC)
+    if now - midnight < room:
+        midnight -= timedelta(days=1)
+    return min(now - margin, midnight + after)
+
+
 def _iso(t: datetime, rnd: random.Random) -> str | int:
     if rnd.random() < 0.2:
         return int(t.timestamp() * 1000)  # epoch milliseconds

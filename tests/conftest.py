@@ -7,7 +7,7 @@ import os
 import socket
 import uuid
 from contextlib import contextmanager
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -185,11 +185,10 @@ def scenario(tmp_path_factory, kafka_bootstrap, spark):
         from dagster import DagsterInstance
         from reference import Expected
 
-        from testkit.generator import GeneratorConfig, generate, produce
+        from testkit.generator import GeneratorConfig, end_across_midnight, generate, produce
 
-        now = datetime.now(UTC).replace(second=0, microsecond=0)
-        midnight = datetime.combine(now.date(), time.min, tzinfo=UTC)
-        end = min(now - timedelta(minutes=10), midnight + timedelta(hours=2))  # spans midnight
+        # Spans a midnight at any hour (tests/test_generator.py pins the clock near midnight).
+        end = end_across_midnight(datetime.now(UTC).replace(second=0, microsecond=0))
         cfg = GeneratorConfig(count=4000, seed=11, end=end, span=timedelta(hours=6), keys=8,
                               late_fraction=0.05, duplicate_fraction=0.04,
                               malformed_fraction=0.02)

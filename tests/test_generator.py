@@ -1,6 +1,6 @@
 from datetime import UTC, datetime, timedelta
 
-from testkit.generator import MALFORMED_KINDS, GeneratorConfig, generate
+from testkit.generator import MALFORMED_KINDS, GeneratorConfig, end_across_midnight, generate
 
 END = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
@@ -43,3 +43,22 @@ def test_event_times_fall_in_the_span_and_disorder_stays_within_the_delay():
     for t in times:
         assert running_max - t <= cfg.disorder  # out of order, but never late
         running_max = max(running_max, t)
+
+
+def test_the_scenario_spans_a_midnight_at_any_hour_near_midnight_included():
+    """The e2e scenario's data (6 hours ending at `end_across_midnight(now)`) covers two UTC
+    dates and ends at least 10 minutes before now, with the clock pinned around midnight, in
+    UTC and in another zone."""
+    from zoneinfo import ZoneInfo
+
+    day = datetime(2026, 3, 8, tzinfo=UTC)  # a DST change in New York
+    for minutes in (0, 1, 5, 9, 10, 11, 39, 40, 41, 125, 130, 720, 1439):
+        for now in (day + timedelta(minutes=minutes),
+                    (day + timedelta(minutes=minutes)).astimezone(ZoneInfo("America/New_York"))):
+            end = end_across_midnight(now)
+            start = end - timedelta(hours=6)
+            assert end.tzinfo is not None and end <= now - timedelta(minutes=10), (now, end)
+            assert start.astimezone(UTC).date() < end.astimezone(UTC).date(), (now, start, end)
+            # at least 10 minutes of data on the later date
+            later = datetime.combine(end.astimezone(UTC).date(), datetime.min.time(), tzinfo=UTC)
+            assert end - later >= timedelta(minutes=10), (now, end)

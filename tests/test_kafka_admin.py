@@ -25,9 +25,11 @@ def test_offsets_match_a_consumers_view(kafka_bootstrap):
     for i in range(5):
         producer.produce(topic, value=b"a", partition=i % 2)  # partitions 0 and 1; 2 stays empty
     producer.flush(30)
-    time.sleep(0.05)  # LogAppendTime: a strictly later append time for the second batch
-    middle = int(time.time() * 1000)
-    time.sleep(0.05)
+    # LogAppendTime (the broker's clock, this machine's): the first batch appended before
+    # `middle`, the second after it.
+    tick()
+    middle = tick()
+    tick()
     for _ in range(4):
         producer.produce(topic, value=b"b", partition=0)
     producer.flush(30)
@@ -62,3 +64,11 @@ def test_topic_config_is_read_through_the_shared_admin_client(kafka_bootstrap):
                                   "EVENTS_TOPIC": f"offsets-{uuid.uuid4().hex[:10]}"})
     ensure_topic(settings, partitions=1)
     assert retention_ms(settings) == 14 * 24 * 3600 * 1000
+
+
+def tick() -> int:
+    """The wall clock's next millisecond, once it has come."""
+    start = int(time.time() * 1000)
+    while (now := int(time.time() * 1000)) <= start:
+        pass
+    return now

@@ -26,6 +26,28 @@ from lakehouse.settings import Settings
 ROOT = "s3a://bucket/lake"
 
 
+def wait_until(predicate, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def process_state(pid: int) -> str:
+    """The kernel's state letter for a process (`T`: stopped by a signal)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def lakehouse_sessions(url: str) -> int:
+    import psycopg2
+
+    with psycopg2.connect(url) as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
+                    "'lakehouse %'")
+        return cur.fetchone()[0]
+
+
 def store(url: str | None) -> Settings:
     return replace(Settings.from_env({}), lakehouse_root=f"{ROOT}-{time.monotonic_ns()}",
                    lock_url=url)
@@ -71,7 +93,7 @@ def test_a_paused_holder_keeps_the_lock_and_a_killed_one_frees_it(pg_lock_url):
     holder = holder_process(settings)
     try:
         holder.send_signal(signal.SIGSTOP)  # paused far longer than any lease would last
-        time.sleep(1)
+        wait_until(lambda: process_state(holder.pid) == "T", "the holder stopped")
         with pytest.raises(CheckpointBusy, match=f"pid {holder.pid}"):
             with checkpoint_lock(settings, "ingest"):
                 pass
@@ -117,7 +139,8 @@ def test_writers_of_a_date_take_turns(pg_lock_url):
 
         t = threading.Thread(target=second)
         t.start()
-        time.sleep(1.5)
+        # the second writer is connected and polling for the lock
+        wait_until(lambda: lakehouse_sessions(pg_lock_url) >= 2, "the second writer's session")
         with date_lock(settings, date(2026, 11, 21)):  # another date is not blocked
             order.append("other date")
         order.append("first")

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from lakehouse.settings import Settings
+from lakehouse.settings import Settings, utc
 from transforms.parse import REASONS, parsed_events
 
 BROKER_TIME = datetime(2026, 11, 21, 14, 1, tzinfo=UTC)
@@ -31,24 +31,24 @@ def split(spark, values, settings=SETTINGS):
 
 
 VALID_CASES = [
-    (ev(), Decimal("1.000000"), datetime(2026, 11, 21, 14, 0, 5, 123000)),
+    (ev(), Decimal("1.000000"), datetime(2026, 11, 21, 14, 0, 5, 123000, tzinfo=UTC)),
     (ev(value=12.5), Decimal("12.500000"), None),
     (ev(value="0.000001"), Decimal("0.000001"), None),
     (ev(value="-3.10"), Decimal("-3.100000"), None),
     (ev(value=1.5e3), Decimal("1500.000000"), None),  # exponent notation, exact
     (ev(value="12.3400000"), Decimal("12.340000"), None),  # trailing zeros are not precision
     (ev(value=999999999999999999.999999), None, None),  # not exact as a double -> see below
-    (ev(event_time=1795168846100), None, datetime(2026, 11, 20, 10, 0, 46, 100000)),
-    (ev(event_time="1795168846100"), None, datetime(2026, 11, 20, 10, 0, 46, 100000)),
-    (ev(event_time="2026-11-21T16:00:05+02:00"), None, datetime(2026, 11, 21, 14, 0, 5)),
-    (ev(event_time="2026-11-21T13:00:05.5-0100"), None, datetime(2026, 11, 21, 14, 0, 5, 500000)),
+    (ev(event_time=1795168846100), None, datetime(2026, 11, 20, 10, 0, 46, 100000, tzinfo=UTC)),
+    (ev(event_time="1795168846100"), None, datetime(2026, 11, 20, 10, 0, 46, 100000, tzinfo=UTC)),
+    (ev(event_time="2026-11-21T16:00:05+02:00"), None, datetime(2026, 11, 21, 14, 0, 5, tzinfo=UTC)),
+    (ev(event_time="2026-11-21T13:00:05.5-0100"), None, datetime(2026, 11, 21, 14, 0, 5, 500000, tzinfo=UTC)),
     (ev(attributes={"country": "DE", "tags": [1, 2]}), None, None),
     # A nested "value" with many digits does not decide for the top-level one.
     (b'{"event_id":"e1","key":"k1","event_time":1795168846100,'
      b'"attributes":{"value":1.123456789e0},"value":2.5e0}', Decimal("2.500000"), None),
     (b'{"event_id":"e1","key":"k1","event_time":1795168846100,"value":12.5E-5}',
      Decimal("0.000125"), None),
-    (ev(event_time="2025-01-01T00:00:00Z"), None, datetime(2025, 1, 1)),  # the first instant
+    (ev(event_time="2025-01-01T00:00:00Z"), None, datetime(2025, 1, 1, tzinfo=UTC)),  # the first instant
 ]
 
 
@@ -62,11 +62,11 @@ def test_valid_records_parse_exactly(spark):
         if value is not None:
             assert valid[i].value == value
         if when is not None:
-            assert valid[i].event_time == when and valid[i].payload_event_time == when
+            assert utc(valid[i].event_time) == utc(valid[i].payload_event_time) == when
     assert valid[6].value == Decimal("999999999999999999.999999")
     assert json.loads(valid[11].attributes) == {"country": "DE", "tags": [1, 2]}
     assert valid[0].event_date.isoformat() == "2026-11-21"
-    assert valid[0].kafka_timestamp == BROKER_TIME.replace(tzinfo=None)
+    assert utc(valid[0].kafka_timestamp) == BROKER_TIME
 
 
 BAD_CASES = [
@@ -148,8 +148,8 @@ def test_future_skew_boundary_is_inclusive(spark):
 def test_kafka_timestamp_policy_drives_windows_from_broker_time(spark):
     s = Settings.from_env({"TIMESTAMP_POLICY": "kafka_timestamp"})
     valid, _ = split(spark, [ev(event_time="2026-11-20T01:00:00Z")], s)
-    assert valid[0].event_time == BROKER_TIME.replace(tzinfo=None)
-    assert valid[0].payload_event_time == datetime(2026, 11, 20, 1, 0)
+    assert utc(valid[0].event_time) == BROKER_TIME
+    assert utc(valid[0].payload_event_time) == datetime(2026, 11, 20, 1, 0, tzinfo=UTC)
     assert valid[0].event_date.isoformat() == "2026-11-21"
 
 

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from assets.checks import prove_dates
 from lakehouse.kafka_admin import admin, topic_offsets
+from lakehouse.settings import utc
 from lakehouse.table_reads import compare_tables, read
 
 
@@ -140,7 +141,7 @@ def test_tampered_gold_row_fails_the_check_naming_the_window_and_corrections_rep
     assert by_type["update_postimage"].value_sum == target.value_sum
     assert by_type["update_postimage"].status == "corrected"
     log = [c for c in read(settings, "late_corrections").to_pylist() if c["key"] == target.key
-           and c["window_start"].replace(tzinfo=None) == target.window_start
+           and c["window_start"] == utc(target.window_start)
            and c["revision"] == by_type["update_postimage"].revision]
     assert len(log) == 1 and log[0]["cause"] == "reprocess"
     assert log[0]["before_value_sum"] == target.value_sum + 1
