@@ -18,6 +18,7 @@ from dagster import (
 from assets.observations import topic_metadata
 from assets.resources import LakehouseResource, SparkResource
 from lakehouse.kafka_admin import ensure_topic
+from lakehouse.progress_reports import BatchReport
 from spark_jobs import stream
 from spark_jobs.run_metadata import bronze_summary, streaming_summary
 from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING
@@ -42,19 +43,17 @@ BATCH_SCHEMA = TableSchema(columns=[
 
 def _run_metadata(progresses: list[dict], seconds: float) -> dict:
     """What the catch-up's batches did, from Spark's progress reports."""
-    sources = [(p.get("sources") or [{}])[0] for p in progresses]
+    reports = [BatchReport.of(p) for p in progresses]
     return {
-        "batches": len(progresses),
-        "input_rows": sum(int(p.get("numInputRows") or 0) for p in progresses),
+        "batches": len(reports),
+        "input_rows": sum(r.input_rows for r in reports),
         "offsets_read": MetadataValue.json({
-            "start": sources[0].get("startOffset") if sources else None,
-            "end": sources[-1].get("endOffset") if sources else None,
+            "start": reports[0].start_offsets if reports else None,
+            "end": reports[-1].end_offsets if reports else None,
         }),
         "batch_progress": MetadataValue.table(
-            records=[TableRecord({
-                "batch_id": int(p["batchId"]), "input_rows": int(p.get("numInputRows") or 0),
-                "duration_ms": int((p.get("durationMs") or {}).get("triggerExecution", 0)),
-            }) for p in progresses],
+            records=[TableRecord({"batch_id": r.batch_id, "input_rows": r.input_rows,
+                                  "duration_ms": r.trigger_ms}) for r in reports],
             schema=BATCH_SCHEMA,
         ),
         "duration_s": round(seconds, 2),

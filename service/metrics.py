@@ -36,7 +36,6 @@ import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -44,6 +43,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from lakehouse import storage
 from lakehouse.delta_log import LogFollower, data_file_uri
 from lakehouse.kafka_admin import PartitionOffsets, consumer_lag, topic_offsets
+from lakehouse.progress_reports import BatchReport
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.checkpoint import INGEST_QUERY
@@ -55,12 +55,6 @@ POLL_SECONDS = 5.0
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, math.inf)
 # Before its first event a query reports watermark 0 (1970-01-01): that is "no watermark yet".
 NO_WATERMARK_BEFORE_S = 86_400
-
-
-def _epoch_s(text: str | None) -> float | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 # ---- Delta logs ----------------------------------------------------------------------------------
@@ -157,39 +151,27 @@ class StreamMetrics:
         """Take in a query's progress reports (all of `recentProgress` is fine: reports already
         seen, by their trigger timestamp, are skipped). Returns how many were new."""
         new = 0
-        for p in sorted(progresses, key=lambda p: p.get("timestamp") or ""):
-            stamp = p.get("timestamp") or ""
-            if stamp <= self._last_trigger.get(query, ""):
+        for r in sorted(map(BatchReport.of, progresses), key=lambda r: r.stamp):
+            if r.stamp <= self._last_trigger.get(query, ""):
                 continue
-            self._last_trigger[query] = stamp
+            self._last_trigger[query] = r.stamp
             new += 1
-            self._observe(query, p)
+            self._observe(query, r)
         return new
 
-    def _observe(self, query: str, p: dict) -> None:
-        durations = p.get("durationMs") or {}
-        executed = "addBatch" in durations  # else an idle report: no batch ran
-        started = _epoch_s(p.get("timestamp"))
-        seconds = float(durations.get("triggerExecution", 0)) / 1000
-        if executed:
+    def _observe(self, query: str, r: BatchReport) -> None:
+        started = r.timestamp.timestamp() if r.timestamp is not None else None
+        seconds = r.trigger_ms / 1000
+        if r.executed:  # else an idle report: no batch ran
             self.batch_duration.labels(query).observe(seconds)
-            self.input_records.labels(query).inc(int(p.get("numInputRows") or 0))
-        source = (p.get("sources") or [{}])[0]
-        end = source.get("endOffset")
-        if isinstance(end, str):
-            try:
-                end = json.loads(end)
-            except ValueError:
-                end = None
+            self.input_records.labels(query).inc(r.input_rows)
         with self._lock:
-            self._rates[(query, "input")] = float(p.get("inputRowsPerSecond") or 0.0)
-            self._rates[(query, "processed")] = float(p.get("processedRowsPerSecond") or 0.0)
-            if executed and started is not None:
+            self._rates[(query, "input")] = r.input_rate
+            self._rates[(query, "processed")] = r.processed_rate
+            if r.executed and started is not None:
                 self._last_success[query] = max(self._last_success.get(query, 0.0), started + seconds)
-            if query == INGEST_QUERY and isinstance(end, dict):
-                by_partition = end.get(self.settings.events_topic)
-                if isinstance(by_partition, dict):
-                    self._processed = {int(k): int(v) for k, v in by_partition.items()}
+            if query == INGEST_QUERY and r.processed:
+                self._processed = r.processed
 
     def seed_from_checkpoints(self, spark) -> None:
         """What the checkpoint says before the first batch reports: the query's processed

@@ -16,7 +16,6 @@ the query without committing again and exits 3.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -28,6 +27,7 @@ from confluent_kafka import KafkaException
 
 from lakehouse.kafka_admin import PartitionOffsets, ensure_topic, topic_offsets
 from lakehouse.locks import CheckpointBusy, Fence, WriterLockLost, checkpoint_lock
+from lakehouse.progress_reports import BatchReport, as_dict
 from lakehouse.settings import Settings, spark_interval
 from service.metrics import serving
 from spark_jobs.checkpoint import INGEST_QUERY
@@ -147,16 +147,16 @@ class _Bookkeeping:
         self.last_record = time.monotonic()
 
     def poll(self, query, record: bool = False) -> None:
-        reports = [json.loads(p.json) for p in query.recentProgress]
+        reports = [as_dict(p) for p in query.recentProgress]
         if self.metrics is not None:
             self.metrics.observe_progress(INGEST_QUERY, reports)
-        fresh = [p for p in reports if p["batchId"] > self.printed and "addBatch" in
-                 (p.get("durationMs") or {})]
+        fresh = [r for r in map(BatchReport.of, reports)
+                 if r.batch_id > self.printed and r.executed]
         if fresh:
             last = fresh[-1]
-            self.printed = last["batchId"]
-            print(f"ingest: batch {last['batchId']} rows {last.get('numInputRows')} "
-                  f"in {(last.get('durationMs') or {}).get('triggerExecution')} ms", flush=True)
+            self.printed = last.batch_id
+            print(f"ingest: batch {last.batch_id} rows {last.input_rows} in {last.trigger_ms} ms",
+                  flush=True)
         new = [p for p in reports if p["batchId"] > self.recorded]
         due = record or time.monotonic() - self.last_record >= PROGRESS_EVERY_S
         if not new or not due:

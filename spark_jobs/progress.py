@@ -10,26 +10,10 @@ from datetime import UTC, datetime
 from pyspark.sql import SparkSession
 
 from lakehouse.kafka_admin import PartitionOffsets, consumer_lag
+from lakehouse.progress_reports import BatchReport, as_dict
 from lakehouse.settings import Settings
 from spark_jobs.checkpoint import INGEST_QUERY
 from spark_jobs.tables import PROGRESS, StreamCommit, stream_commits
-
-
-def _ts(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
-
-
-def report_offsets(source_end: dict | str | None) -> dict[int, int]:
-    """A progress report's source end offsets (`{"topic": {"0": 12}}`) per partition."""
-    if isinstance(source_end, str):
-        try:
-            source_end = json.loads(source_end)
-        except ValueError:
-            return {}
-    processed = next(iter(source_end.values()), None) if isinstance(source_end, dict) else None
-    return {int(p): int(o) for p, o in processed.items()} if isinstance(processed, dict) else {}
 
 
 def progress_row(query: str, p: dict, kafka_offsets: list[PartitionOffsets] | None,
@@ -37,33 +21,33 @@ def progress_row(query: str, p: dict, kafka_offsets: list[PartitionOffsets] | No
     """One `stream_progress` row from a progress report; the watermark and the rows left out as
     late come from the batch's bronze commit (`commit`: the ingest query runs no stateful
     operator, so its reports carry neither)."""
-    state = p.get("stateOperators") or []
-    source = (p.get("sources") or [{}])[0]
-    ts = _ts(p.get("timestamp")) or datetime.now(UTC)
+    r = BatchReport.of(p)
+    state = r.state_operators
+    ts = r.timestamp or datetime.now(UTC)
     dropped = sum(int(s.get("numRowsDroppedByWatermark", 0)) for s in state)
-    watermark = _ts((p.get("eventTime") or {}).get("watermark"))
+    watermark = r.watermark
     if commit is not None:
         dropped = commit.late
         watermark = datetime.fromtimestamp(commit.next_watermark_ms / 1000, tz=UTC)
     return {
         "query": query,
-        "batch_id": int(p["batchId"]),
+        "batch_id": r.batch_id,
         "batch_timestamp": ts,
-        "input_rows": int(p.get("numInputRows") or 0),
-        "input_rows_per_second": float(p.get("inputRowsPerSecond") or 0.0),
-        "processed_rows_per_second": float(p.get("processedRowsPerSecond") or 0.0),
-        "start_offsets": json.dumps(source.get("startOffset")),
-        "end_offsets": json.dumps(source.get("endOffset")),
+        "input_rows": r.input_rows,
+        "input_rows_per_second": r.input_rate,
+        "processed_rows_per_second": r.processed_rate,
+        "start_offsets": json.dumps(r.start_offsets),
+        "end_offsets": json.dumps(r.end_offsets),
         "watermark": watermark,
         "rows_dropped_by_watermark": dropped,
         "state_rows": sum(int(s.get("numRowsTotal", 0)) for s in state),
         "state_memory_bytes": sum(int(s.get("memoryUsedBytes", 0)) for s in state),
-        "duration_ms": json.dumps(p.get("durationMs") or {}),
-        "trigger_ms": int((p.get("durationMs") or {}).get("triggerExecution", 0)),
+        "duration_ms": json.dumps(r.durations),
+        "trigger_ms": r.trigger_ms,
         "kafka_end_offsets": json.dumps({str(o.partition): o.latest for o in kafka_offsets})
         if kafka_offsets else None,
-        "kafka_lag": sum(consumer_lag(kafka_offsets, report_offsets(source.get("endOffset")))
-                         .values()) if kafka_offsets and query == INGEST_QUERY else None,
+        "kafka_lag": sum(consumer_lag(kafka_offsets, r.processed).values())
+        if kafka_offsets and query == INGEST_QUERY else None,
         "progress_date": ts.date(),
     }
 
@@ -79,8 +63,7 @@ def record_progress(
     append: txnAppId = the query's id (the checkpoint's), txnVersion = the newest batch id, so
     recording the same reports again writes nothing. Callers report each batch once (a catch-up
     its own batches, the service what it has not recorded yet)."""
-    reports = {int(r["batchId"]): r for r in
-               (json.loads(p.json) if hasattr(p, "json") else p for p in progresses)}
+    reports = {r["batchId"]: r for r in map(as_dict, progresses)}
     if not reports:
         return 0
     # The batches' bronze commits are among bronze's newest (one stream commit per batch).

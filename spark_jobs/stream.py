@@ -46,6 +46,7 @@ from pyspark.sql.streaming import StreamingQuery
 from lakehouse import delta_log
 from lakehouse.kafka_admin import topic_id, topic_offsets
 from lakehouse.locks import Fence, checkpoint_lock
+from lakehouse.progress_reports import as_dict
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.checkpoint import INGEST_QUERY
@@ -665,10 +666,10 @@ def run_available_now(spark: SparkSession, settings: Settings) -> list[dict]:
                 q = start_ingest(spark, settings, Trigger(available_now=True), recent, fence)
                 try:
                     q.awaitTermination()
-                    progresses += [json.loads(p.json) for p in q.recentProgress]
+                    progresses += [as_dict(p) for p in q.recentProgress]
                     break
                 except Exception as exc:  # StreamingQueryException
-                    progresses += [json.loads(p.json) for p in q.recentProgress]
+                    progresses += [as_dict(p) for p in q.recentProgress]
                     if not is_known_restart_bug(exc) or attempt == MAX_RESTARTS:
                         raise
         finally:

@@ -29,9 +29,9 @@ from datetime import date, timedelta
 from lakehouse import delta_log
 from lakehouse.settings import Settings, SettingsError, parse_duration
 from orchestration.console import Console, quiet_process_output
+from testkit.runs import run_job
 
 # Dagster's console logger at WARNING: the DEBUG event stream still goes to the run storage.
-QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 ERROR_CHARS = 300
 
 
@@ -112,9 +112,6 @@ def run_error(result) -> str | None:
 
 class Demo:
     def __init__(self, settings: Settings, instance, console: Console, log_path: str | None):
-        from orchestration.definitions import defs
-
-        self.defs = defs
         self.settings = settings
         self.instance = instance
         self.console = console
@@ -136,19 +133,16 @@ class Demo:
         outcome = RunOutcome(job_name, partition, run_id, 0.0, False)
         with self.console.running(label.rstrip(), lambda: step["key"]):
             try:
-                result = self.defs.get_job_def(job_name).execute_in_process(
-                    instance=self.instance, raise_on_error=False, run_id=run_id,
-                    partition_key=partition,
-                    run_config=None if self.settings.demo_verbose else QUIET_RUN_CONFIG,
-                )
+                result, checks = run_job(job_name, self.instance, run_id=run_id,
+                                         partition_key=partition,
+                                         quiet=not self.settings.demo_verbose)
             except Exception as exc:  # noqa: BLE001 - e.g. invalid config: report as the run's
                 traceback.print_exc()  # to the log file (or the console when verbose)
                 outcome.error = short(f"{type(exc).__name__}: {exc}")
             else:
                 outcome.result = result
                 outcome.success = result.success
-                outcome.checks = [e.asset_check_evaluation_data for e in result.all_events
-                                  if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+                outcome.checks = checks
                 if not result.success:
                     outcome.error = run_error(result) or "the run failed"
         outcome.seconds = time.monotonic() - start

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import uuid
@@ -11,6 +10,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+
+from testkit.infra import broker_module
+from testkit.runs import run_job  # noqa: F401 - the tests import it from here
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -51,10 +53,7 @@ def pytest_collection_modifyitems(items):
 
 
 def load_broker_module():
-    spec = importlib.util.spec_from_file_location("broker", REPO / "infra/kafka/broker.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return broker_module()
 
 
 def free_port() -> int:
@@ -97,16 +96,6 @@ def pipeline_env(root: Path, bootstrap: str, prefix: str, topic: str | None = No
     with overridden(env):
         yield Settings.from_env()
 
-
-def run_job(name: str, instance, **kw):
-    """Run a job of `defs` in-process; returns the result and its asset check evaluations."""
-    from orchestration.definitions import defs
-
-    result = defs.get_job_def(name).execute_in_process(instance=instance, raise_on_error=False,
-                                                       **kw)
-    checks = [e.asset_check_evaluation_data for e in result.all_events
-              if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-    return result, checks
 
 
 @pytest.fixture(scope="session")

@@ -18,12 +18,9 @@ MAX_FAILED_HANDSHAKES = 30  # the drill's bound (bench/drills/auth.py)
 
 @pytest.fixture(scope="module")
 def sasl(tmp_path_factory):
-    import sys
+    from testkit.infra import sasl_broker_module
 
-    from conftest import REPO
-
-    sys.path.insert(0, str(REPO / "infra" / "kafka"))
-    from sasl_broker import SaslBroker
+    SaslBroker = sasl_broker_module().SaslBroker  # noqa: N806
 
     user, password = "lakehouse", "right-" + secrets.token_urlsafe(16)
     broker = SaslBroker(tmp_path_factory.mktemp("sasl"), free_port(), free_port(),

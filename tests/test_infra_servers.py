@@ -4,7 +4,6 @@ PostgreSQL cluster behind Dagster's instance (password login, the database, the 
 A server that cannot start fails the test with its script's message. The Spark and three-broker
 Kafka clusters take longer to start and are exercised by the cluster tests."""
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -16,13 +15,6 @@ import pytest
 from conftest import REPO, free_port
 
 KEY_ID, SECRET = "infra-test", "infra-test-secret"
-
-
-def load(path: str):
-    spec = importlib.util.spec_from_file_location(Path(path).stem, REPO / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def script(path: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:

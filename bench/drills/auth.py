@@ -36,6 +36,7 @@ from bench.drills.common import (
     step_failures,
 )
 from orchestration.run_report import event_log_text, failure_text
+from testkit.infra import sasl_broker_module
 
 NAME = "authentication"
 FAIL_FAST_S = 60.0
@@ -44,10 +45,7 @@ QUIET_AFTER_S = 10.0
 
 
 def sasl_broker(folder: Path, users: dict[str, str]):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infra" / "kafka"))
-    from sasl_broker import SaslBroker
-
-    return SaslBroker(folder, free_port(), free_port(), users=users)
+    return sasl_broker_module().SaslBroker(folder, free_port(), free_port(), users=users)
 
 
 def leaks(texts: dict[str, str], secret_values: list[str]) -> list[str]:
@@ -79,8 +77,7 @@ def _probe(home: str, out: str, warm_spark: bool = False) -> int:
     run's resource then reuses it), so the time measured is the run's, not the JVM's start."""
     from dagster import DagsterInstance
 
-    from bench.drills.common import QUIET
-    from orchestration.definitions import defs
+    from testkit import runs
 
     if warm_spark:
         from lakehouse.settings import Settings
@@ -89,8 +86,7 @@ def _probe(home: str, out: str, warm_spark: bool = False) -> int:
         get_spark(Settings.from_env())
     dagster_instance = DagsterInstance.local_temp(tempdir=home)
     t0 = time.monotonic()
-    result = defs.get_job_def("stream_catch_up").execute_in_process(
-        instance=dagster_instance, raise_on_error=False, run_config=QUIET)
+    result, _ = runs.run_job("stream_catch_up", dagster_instance, quiet=True)
     seconds = time.monotonic() - t0
     Path(out).write_text(json.dumps({
         "run_id": result.run_id, "success": result.success, "seconds": round(seconds, 1),

@@ -14,7 +14,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import date
 from pathlib import Path
 
+from testkit import runs
+from testkit.infra import broker_module  # noqa: F401 - the drills import it from here
 from testkit.reference import expected_windows, table_windows
+from testkit.runs import step_failures
 
 
 @dataclass
@@ -222,25 +225,9 @@ def check_landing(settings, expected: set[tuple[int, int]] | None = None) -> Lan
     return Landing(len(expected), len(missing), duplicated, positions, missing[:5])
 
 
-# Dagster's console logger at WARNING: the drills print what they do; the event log keeps all.
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-
-
 def run_job(name: str, dagster_instance, **kw):
-    """A job of `defs`, in-process (as the tests run them). Returns (result, check evaluations)."""
-    from orchestration.definitions import defs
-
-    result = defs.get_job_def(name).execute_in_process(
-        instance=dagster_instance, raise_on_error=False, run_config=QUIET, **kw)
-    checks = [e.asset_check_evaluation_data for e in result.all_events
-              if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-    return result, checks
-
-
-def step_failures(result) -> str:
-    return "; ".join(str(e.event_specific_data.error.message if e.event_specific_data.error
-                         else e.event_specific_data)[:400]
-                     for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    """A job of `defs`, in-process, its console quiet. Returns (result, check evaluations)."""
+    return runs.run_job(name, dagster_instance, quiet=True, **kw)
 
 
 def bronze_dates(settings) -> list[date]:
@@ -320,15 +307,6 @@ def wait_until(predicate, timeout: float, what: str, poll: float = 1.0, proc=Non
         time.sleep(poll)
     raise DrillFailed(f"timed out after {timeout:.0f}s waiting for {what}")
 
-
-def broker_module():
-    """infra/kafka/broker.py (not a package), loaded by path as tests/conftest.py does."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infra" / "kafka"))
-    from sasl_broker import _broker
-
-    return _broker
 
 
 class Feeder:

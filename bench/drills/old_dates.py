@@ -28,7 +28,6 @@ from datetime import UTC, datetime, timedelta
 from datetime import time as clock
 
 from bench.drills.common import (
-    QUIET,
     Context,
     DrillFailed,
     DrillResult,
@@ -45,7 +44,7 @@ from bench.drills.common import (
     unique_changelog,
     wait_until,
 )
-from testkit import faults
+from testkit import faults, runs
 
 NAME = "old_dates"
 DAYS_BACK = 3
@@ -135,12 +134,11 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
             console logger: logging only)."""
             job = request.job_name or sensor.job_name
             config = dict(request.run_config or {})
-            config.setdefault("loggers", QUIET["loggers"])
+            config.setdefault("loggers", runs.QUIET["loggers"])
             tags = {**request.tags, "dagster/sensor_name": sensor.name,
                     "dagster/run_key": request.run_key}
-            run_result = defs.get_job_def(job).execute_in_process(
-                instance=dagster_instance, partition_key=request.partition_key, tags=tags,
-                run_config=config, raise_on_error=False)
+            run_result, _ = runs.run_job(job, dagster_instance, tags=tags, run_config=config,
+                                         partition_key=request.partition_key)
             result.runs += 1
             return job, run_result
 

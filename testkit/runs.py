@@ -1,0 +1,31 @@
+"""Dagster jobs of `defs` run in-process, as the tests, the drills and the demo run them."""
+
+from __future__ import annotations
+
+# Dagster's console logger at WARNING: the caller prints what it does; the event log keeps all.
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def check_evaluations(result) -> list:
+    """The asset check evaluations of a finished run, in the order they happened."""
+    return [e.asset_check_evaluation_data for e in result.all_events
+            if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+
+
+def run_job(name: str, instance, quiet: bool = False, **kw):
+    """Run job `name` of `defs` in-process (`kw`: partition_key, run_id, run_config...); never
+    raises for a failed step. Returns (result, check evaluations)."""
+    from orchestration.definitions import defs
+
+    if quiet:
+        kw.setdefault("run_config", QUIET)
+    result = defs.get_job_def(name).execute_in_process(instance=instance, raise_on_error=False,
+                                                       **kw)
+    return result, check_evaluations(result)
+
+
+def step_failures(result) -> str:
+    """The failed steps' error messages, one line."""
+    return "; ".join(str(e.event_specific_data.error.message if e.event_specific_data.error
+                         else e.event_specific_data)[:400]
+                     for e in result.all_events if e.event_type_value == "STEP_FAILURE")
