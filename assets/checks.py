@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from assets.daily import partition_dates
 from assets.resources import LakehouseResource, SparkResource
-from expectations.reconciliation import check_equal, fast_path_gap
+from expectations.reconciliation import check_equal, data_docs_dir, fast_path_gap
 from lakehouse.kafka_admin import topic_offsets
 from spark_jobs.corrections import latest_state
 from spark_jobs.replay import latest_replay, missing_offsets
@@ -70,7 +70,8 @@ def prove_dates(session, settings, dates) -> AssetCheckResult:
         if gone := missing_offsets(session, settings, d, offsets, position):
             incomplete[key] = gone.as_metadata()
         gold = _for_date(session, settings, RECONCILED, d)
-        verdict = check_equal(gold, _for_date(session, settings, REPLAY, d), d)
+        verdict = check_equal(gold, _for_date(session, settings, REPLAY, d), d,
+                              data_docs_dir(settings))
         if verdict.rows_compared == 0:
             no_data.append(key)
         verdicts.append(verdict)
@@ -98,6 +99,10 @@ def prove_dates(session, settings, dates) -> AssetCheckResult:
                 {v.event_date: v.differing_windows for v in failing}
             ),
             "totals": MetadataValue.json({v.event_date: v.totals for v in verdicts}),
+            # GX's Data Docs of each date's validation; a failing one lists the differing windows.
+            **({"data_docs": MetadataValue.url(page)} if (page := next(
+                (v.data_docs for v in failing + verdicts if v.data_docs), None)) else {}),
+            "data_docs_by_date": MetadataValue.json({v.event_date: v.data_docs for v in verdicts}),
             "log_positions": MetadataValue.json(positions),
         },
     )

@@ -1,65 +1,101 @@
 """Great Expectations suites that prove `reconciled_aggregates` equals the replay of the log.
 
-GX converts column sums to floats in its metrics, so the exact decimal comparison happens in
-Spark (boolean columns on a full outer join of both sides) and GX asserts over that frame; the
-differing windows themselves are collected in Spark for the check's evidence (DESIGN §10).
+GX does the comparing, over a full outer join of the two sides on (window_start, key): each
+measure pairwise equal (`ExpectColumnPairValuesToBeEqual`: an exact comparison in Spark,
+decimals included; a null on one side is unequal), no window on one side only (not-null
+measures on each side, which also makes the row counts equal), and the date's totals equal.
+A failing validation is kept as Data Docs (`data_docs_dir`), listing the differing windows by
+(window_start, key); the check links to its page.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import tempfile
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from pathlib import Path
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TQDM_DISABLE", "1")  # GX metric progress bars
 
 import great_expectations as gx  # noqa: E402
 import great_expectations.expectations as gxe  # noqa: E402
-from pyspark.sql import DataFrame  # noqa: E402
+from great_expectations.checkpoint import UpdateDataDocsAction  # noqa: E402
+from great_expectations.render import LegacyDiagnosticRendererType  # noqa: E402
+from great_expectations.render.components import RenderedTableContent  # noqa: E402
+from great_expectations.render.renderer.renderer import renderer  # noqa: E402
+from pyspark.sql import Column, DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from lakehouse.settings import utc  # noqa: E402
+from lakehouse.settings import Settings, utc  # noqa: E402
 from spark_jobs.tables import MEASURE_COLUMNS  # noqa: E402
 
 KEY = ("window_start", "key")
-CHECK_COLUMNS = (
-    "present_in_reconciled",
-    "present_in_replay",
-    "count_equal",
-    "sum_equal",
-    "min_max_equal",
-    "fingerprint_equal",
-)
 MAX_EVIDENCE_ROWS = 20
+# A failing validation is run again at this level for its Data Docs: the unexpected rows with
+# their window, not only pass/fail (BOOLEAN_ONLY, about half the Spark jobs, for the first run).
+DETAILED = {"result_format": "COMPLETE", "unexpected_index_column_names": list(KEY)}
+
+
+def data_docs_dir(settings: Settings) -> Path:
+    """The GX project holding the validation results and their Data Docs: under a local
+    lakehouse root (`<root>/reports/quality`); for an object-store root, a local folder named
+    after it (GX's file stores are local)."""
+    if settings.local_root is not None:
+        return settings.local_root / "reports" / "quality"
+    return (Path(tempfile.gettempdir()) / "lakehouse-quality"
+            / re.sub(r"[^A-Za-z0-9_.-]+", "_", settings.root))
 
 
 def comparison_frame(left: DataFrame, right: DataFrame, left_name: str, right_name: str):
-    """Full outer join on (window_start, key) with one exact boolean column per property."""
+    """Full outer join on (window_start, key): each side's measures as `<side>_<measure>`
+    (null where the window is not on that side)."""
     l_, r_ = left.alias("l"), right.alias("r")
     joined = l_.join(r_, [F.col(f"l.{k}") == F.col(f"r.{k}") for k in KEY], "full_outer")
-
-    def same(col: str) -> F.Column:
-        return F.coalesce(F.col(f"l.{col}").eqNullSafe(F.col(f"r.{col}")), F.lit(False))
-
     return joined.select(
         F.coalesce("l.window_start", "r.window_start").alias("window_start"),
         F.coalesce("l.key", "r.key").alias("key"),
         *[F.col(f"l.{m}").alias(f"{left_name}_{m}") for m in MEASURE_COLUMNS],
         *[F.col(f"r.{m}").alias(f"{right_name}_{m}") for m in MEASURE_COLUMNS],
-        F.col("l.key").isNotNull().alias("present_in_reconciled"),
-        F.col("r.key").isNotNull().alias("present_in_replay"),
-        same("event_count").alias("count_equal"),
-        same("value_sum").alias("sum_equal"),
-        (same("value_min") & same("value_max")).alias("min_max_equal"),
-        same("event_fingerprint").alias("fingerprint_equal"),
-    ).withColumn("matches", F.expr(" AND ".join(CHECK_COLUMNS)))
+    )
 
 
-def reconciliation_suite(name: str = "reconciled_equals_replay") -> gx.ExpectationSuite:
+def differs(left_name: str, right_name: str) -> Column:
+    """Rows of a comparison frame whose measures differ (a missing side differs): for the
+    evidence and the fast path's gap; the proof itself is GX's."""
+    return ~F.expr(" AND ".join(f"{left_name}_{m} <=> {right_name}_{m}" for m in MEASURE_COLUMNS))
+
+
+class ExpectWindowMeasuresToBeEqual(gxe.ExpectColumnPairValuesToBeEqual):
+    """`ExpectColumnPairValuesToBeEqual` whose Data Docs list each unexpected row with its
+    window (the result's index columns), not only the sampled pairs of values."""
+
+    @classmethod
+    @renderer(renderer_type=LegacyDiagnosticRendererType.UNEXPECTED_TABLE)
+    def _diagnostic_unexpected_table_renderer(cls, configuration=None, result=None,
+                                              runtime_configuration=None):
+        rows = (result.result or {}).get("unexpected_index_list") if result is not None else None
+        if not rows:
+            return super()._diagnostic_unexpected_table_renderer(
+                configuration, result, runtime_configuration)
+        index = list(result.result.get("unexpected_index_column_names") or [])
+        header = index + [c for c in rows[0] if c not in index]
+        return [RenderedTableContent(
+            content_block_type="table", header_row=header,
+            table=[["null" if r.get(c) is None else str(r.get(c)) for c in header] for r in rows],
+            styling={"body": {"classes": ["table-bordered", "table-sm", "mt-3"]}})]
+
+
+def reconciliation_suite(name: str = "reconciled_equals_replay", left: str = "reconciled",
+                         right: str = "replay") -> gx.ExpectationSuite:
     suite = gx.ExpectationSuite(name=name)
-    for column in (*CHECK_COLUMNS, "matches"):
-        suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column=column, value_set=[True]))
+    for side in (left, right):  # no window on one side only
+        suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=f"{side}_event_count"))
+    for m in MEASURE_COLUMNS:
+        suite.add_expectation(ExpectWindowMeasuresToBeEqual(
+            column_A=f"{left}_{m}", column_B=f"{right}_{m}", ignore_row_if="neither"))
     return suite
 
 
@@ -80,19 +116,36 @@ class Verdict:
     failed_expectations: list[str] = field(default_factory=list)
     differing_windows: list[dict] = field(default_factory=list)
     totals: dict = field(default_factory=dict)
+    data_docs: str | None = None  # the rows validation's Data Docs page
 
 
-def _validate(context, df: DataFrame, suite: gx.ExpectationSuite, asset: str):
-    source = context.data_sources.add_or_update_spark(name=f"lakehouse_{asset}")
-    batch = (
-        source.add_dataframe_asset(name=asset)
-        .add_batch_definition_whole_dataframe("whole")
-        .get_batch(batch_parameters={"dataframe": df})
-    )
-    context.suites.add(suite)
-    # Only pass/fail per expectation is used (the differing rows come from the frame itself):
-    # BOOLEAN_ONLY skips the unexpected-value metrics, about half of a validation's Spark jobs.
-    return batch.validate(suite, result_format="BOOLEAN_ONLY")
+def _checkpoint(context, suite: gx.ExpectationSuite, result_format, keep: bool) -> gx.Checkpoint:
+    """The suite as a checkpoint over a Spark dataframe asset of its name; `keep`: its results
+    are added to the Data Docs after each run."""
+    source = context.data_sources.add_or_update_spark(name="lakehouse")
+    try:
+        asset = source.get_asset(suite.name)
+    except LookupError:
+        asset = source.add_dataframe_asset(name=suite.name)
+    try:
+        batch = asset.get_batch_definition("whole")
+    except KeyError:
+        batch = asset.add_batch_definition_whole_dataframe("whole")
+    suite = context.suites.add_or_update(suite)
+    definition = context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=suite.name, data=batch, suite=suite))
+    return context.checkpoints.add_or_update(gx.Checkpoint(
+        name=suite.name, validation_definitions=[definition], result_format=result_format,
+        actions=[UpdateDataDocsAction(name="data_docs")] if keep else []))
+
+
+def _validate(context, df: DataFrame, suite: gx.ExpectationSuite, result_format="BOOLEAN_ONLY",
+              keep: bool = True):
+    """(validation result, the URL of its Data Docs page when `keep`)."""
+    run = _checkpoint(context, suite, result_format, keep).run(batch_parameters={"dataframe": df})
+    (identifier, result), = run.run_results.items()
+    urls = context.get_docs_sites_urls(resource_identifier=identifier) if keep else []
+    return result, (urls[0]["site_url"] if urls else None)
 
 
 def _totals(df: DataFrame, side: str) -> DataFrame:
@@ -104,25 +157,32 @@ def _totals(df: DataFrame, side: str) -> DataFrame:
     )
 
 
-def check_equal(reconciled: DataFrame, replay: DataFrame, d: date) -> Verdict:
-    """Validate reconciled == replay for one date, row by row and in total."""
-    context = gx.get_context(mode="ephemeral")  # suites need an active context
+def check_equal(reconciled: DataFrame, replay: DataFrame, d: date,
+                docs: Path | None = None) -> Verdict:
+    """Validate reconciled == replay for one date, row by row and in total. A failing rows
+    validation is run again with its unexpected rows and kept as Data Docs in the GX project
+    `docs` (`Verdict.data_docs`: its page); a passing one leaves nothing on disk."""
+    context = gx.get_context(mode="ephemeral")
     frame = comparison_frame(reconciled, replay, "reconciled", "replay").persist()
     try:
-        rows = _validate(context, frame, reconciliation_suite(), "reconciliation")
+        rows, page = _validate(context, frame, reconciliation_suite(), keep=False)
+        if not rows.success and docs is not None:  # again, kept with the differing windows
+            kept = gx.get_context(mode="file", project_root_dir=str(docs))
+            rows, page = _validate(kept, frame, reconciliation_suite(), DETAILED, keep=True)
         totals_df = _totals(reconciled, "reconciled").crossJoin(_totals(replay, "replay"))
-        totals = _validate(context, totals_df, totals_suite(), "totals")
+        totals, _ = _validate(context, totals_df, totals_suite(), keep=False)
         failed = [
-            r.expectation_config.kwargs.get("column")
-            or "{column_A} == {column_B}".format(**r.expectation_config.kwargs)
-            for res in (rows, totals)
+            prefix + (r.expectation_config.kwargs.get("column")
+                      or "{column_A} == {column_B}".format(**r.expectation_config.kwargs))
+            for prefix, res in (("", rows), ("totals: ", totals))
             for r in res.results
             if not r.success
         ]
-        evidence = [
+        evidence = [] if rows.success and totals.success else [
             {k: (str(utc(v) if isinstance(v, datetime) else v) if v is not None else None)
              for k, v in r.asDict().items()}
-            for r in frame.where(~F.col("matches")).orderBy(*KEY).limit(MAX_EVIDENCE_ROWS).collect()
+            for r in frame.where(differs("reconciled", "replay")).orderBy(*KEY)
+            .limit(MAX_EVIDENCE_ROWS).collect()
         ]
         return Verdict(
             success=rows.success and totals.success,
@@ -131,6 +191,7 @@ def check_equal(reconciled: DataFrame, replay: DataFrame, d: date) -> Verdict:
             failed_expectations=failed,
             differing_windows=evidence,
             totals=totals_df.first().asDict(),
+            data_docs=page,
         )
     finally:
         frame.unpersist()
@@ -147,7 +208,7 @@ def fast_path_gap(streaming: DataFrame, replay: DataFrame, late: DataFrame, d: d
         .join(status, list(KEY), "left")
         .join(late_windows, list(KEY), "left")
     )
-    differs = ~F.col("matches")
+    differs_ = differs("streaming", "replay")
     explained = F.col("has_late").isNotNull() | (F.col("fast_path_status") == "open")
 
     def total(col: str) -> F.Column:
@@ -155,9 +216,9 @@ def fast_path_gap(streaming: DataFrame, replay: DataFrame, late: DataFrame, d: d
 
     row = frame.agg(
         F.count("*").alias("windows_compared"),
-        F.count(F.when(differs, 1)).alias("windows_differing"),
-        F.count(F.when(differs & ~F.col("present_in_reconciled"), 1)).alias("windows_missing"),
-        F.count(F.when(differs & ~F.coalesce(explained, F.lit(False)), 1))
+        F.count(F.when(differs_, 1)).alias("windows_differing"),
+        F.count(F.when(F.col("streaming_event_count").isNull(), 1)).alias("windows_missing"),
+        F.count(F.when(differs_ & ~F.coalesce(explained, F.lit(False)), 1))
         .alias("windows_unexplained"),
         (total("replay_event_count") - total("streaming_event_count")).alias("events_missed"),
         (total("replay_value_sum") - total("streaming_value_sum")).cast("decimal(38,6)")

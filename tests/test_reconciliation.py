@@ -9,6 +9,7 @@ the tests pass in any order."""
 
 import time as clock
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from conftest import pipeline_env, publish_instance, run_job
@@ -123,6 +124,14 @@ def test_tampered_gold_row_fails_the_check_naming_the_window_and_corrections_rep
     evidence = check.metadata["differing_windows"].value[d.isoformat()]
     assert [(w["key"], w["reconciled_value_sum"], w["replay_value_sum"]) for w in evidence] == [
         (target.key, str(target.value_sum + 1), str(target.value_sum))]
+    assert check.metadata["failed_expectations"].value[d.isoformat()] == [
+        "reconciled_value_sum == replay_value_sum", "totals: reconciled_value_sum == replay_value_sum"]
+    # GX's Data Docs page of the failing validation, linked from the check, names the window.
+    page = check.metadata["data_docs"].value
+    assert page.startswith("file://") and "/reports/quality/" in page
+    html = Path(page.removeprefix("file://")).read_text()
+    assert "reconciled_value_sum" in html and target.key in html
+    assert utc(target.window_start).strftime("%Y-%m-%dT%H:%M:%S") in html
     before = gold_version(spark, settings)
 
     result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
