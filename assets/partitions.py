@@ -1,11 +1,40 @@
-"""Daily event-date partitions (UTC) shared by the corrections, reconciled and replay assets."""
+"""Daily event-date partitions (UTC) shared by the corrections, reconciled and replay assets.
+
+They start at the instance's first event date (or PARTITIONS_START), read when the definitions
+load: the UI lists the dates that can hold data, not every day since LAKEHOUSE_START_DATE. A
+backfill of events older than that first date needs a reload of the code location (or
+PARTITIONS_START)."""
+
+import warnings
+from datetime import UTC, date, datetime
 
 from dagster import DailyPartitionsDefinition
 
 from assets.resources import DEFAULT_LAKEHOUSE
+from lakehouse.settings import Settings
+from lakehouse.table_reads import bronze_dates
+
+
+def first_partition(settings: Settings, today: date | None = None) -> date:
+    """PARTITIONS_START when set; else bronze's oldest event date (from its Delta log); with no
+    data yet, LAKEHOUSE_START_DATE (every date an event may have). Never after today."""
+    today = today or datetime.now(UTC).date()
+    if settings.partitions_start is not None:
+        first = settings.partitions_start
+    else:
+        try:
+            first = min(bronze_dates(settings), default=settings.partitions_start_date)
+        except Exception as exc:  # noqa: BLE001 - the definitions must load without the store
+            warnings.warn(f"daily partitions from LAKEHOUSE_START_DATE: bronze's first event "
+                          f"date could not be read ({type(exc).__name__}: {exc})", stacklevel=2)
+            first = settings.partitions_start_date
+    return min(max(first, settings.partitions_start_date), today)
+
+
+FIRST_PARTITION = first_partition(DEFAULT_LAKEHOUSE.settings)
 
 daily_event_dates = DailyPartitionsDefinition(
-    start_date=DEFAULT_LAKEHOUSE.settings.partitions_start_date.isoformat(),
+    start_date=FIRST_PARTITION.isoformat(),
     timezone="UTC",
     end_offset=1,  # today's date is a partition too: its windows are published as they close
 )

@@ -105,7 +105,10 @@ class Settings:
     topic_partitions: int = 4
     topic_replication_factor: int = 0  # 0: 3 on a cluster of >= 3 brokers, else 1
     stream_trigger_interval: timedelta = timedelta(seconds=10)
-    partitions_start_date: date = date(2025, 1, 1)
+    partitions_start_date: date = date(2025, 1, 1)  # LAKEHOUSE_START_DATE: no event before it
+    # PARTITIONS_START: the first daily partition; None: the instance's first event date
+    # (`assets.partitions.first_partition`).
+    partitions_start: date | None = None
     spark_ui: bool = False
     # Set when SPARK_SHUFFLE_PARTITIONS is given; otherwise a cluster session sizes them from
     # its executors' cores.
@@ -191,6 +194,15 @@ class Settings:
             start_date = date.fromisoformat(start)
         except ValueError as exc:
             raise SettingsError(f"LAKEHOUSE_START_DATE={start!r} must be YYYY-MM-DD") from exc
+        first = get("PARTITIONS_START", "")
+        try:
+            partitions_start = date.fromisoformat(first) if first else None
+        except ValueError as exc:
+            raise SettingsError(f"PARTITIONS_START={first!r} must be YYYY-MM-DD (or unset: the "
+                                "first event date)") from exc
+        if partitions_start is not None and partitions_start < start_date:
+            raise SettingsError(f"PARTITIONS_START={first} is before LAKEHOUSE_START_DATE="
+                                f"{start_date}: no event before that date is accepted")
         kafka_options = {
             m.group(1).lower().replace("_", "."): value
             for name, value in env.items()
@@ -221,6 +233,7 @@ class Settings:
                 get("STREAM_TRIGGER_INTERVAL", "10 seconds"), "STREAM_TRIGGER_INTERVAL"
             ),
             partitions_start_date=start_date,
+            partitions_start=partitions_start,
             spark_ui=get("SPARK_UI", "false").lower() in ("1", "true", "yes"),
             shuffle_partitions_explicit=bool(get("SPARK_SHUFFLE_PARTITIONS", "")),
             spark_driver_host=get("SPARK_DRIVER_HOST", d.spark_driver_host),

@@ -25,6 +25,7 @@ from dagster import (
 )
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
+from assets.partitions import FIRST_PARTITION
 from assets.resources import DEFAULT_LAKEHOUSE, LakehouseResource
 from lakehouse.table_reads import bronze_dates
 from orchestration.jobs import (
@@ -72,7 +73,11 @@ def corrections_schedule(context: ScheduleEvaluationContext, lakehouse: Lakehous
     s = lakehouse.settings
     today = tick_date(context)
     recent = {today - timedelta(days=n) for n in range(s.recent_dates)}
-    dates = sorted(d for d in bronze_dates(s) if d in recent and d >= s.partitions_start_date)
+    dates = sorted(d for d in bronze_dates(s) if d in recent)
+    if older := [d.isoformat() for d in dates if d < FIRST_PARTITION]:
+        context.log.warning(f"bronze holds {older}, before the first partition {FIRST_PARTITION}:"
+                            " reload the code location (or set PARTITIONS_START) to correct them")
+        dates = [d for d in dates if d >= FIRST_PARTITION]
     if not dates:
         return SkipReason("no bronze data for the dates within the correction horizon")
     return date_range_request(dates)

@@ -39,6 +39,7 @@ from dagster._core.storage.tags import (
 
 from assets.freshness import freshness_checks
 from assets.observations import topic_metadata
+from assets.partitions import FIRST_PARTITION
 from assets.resources import LakehouseResource
 from lakehouse.delta_log import open_table
 from lakehouse.settings import Settings
@@ -90,6 +91,13 @@ def late_data_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResou
     after = int(cursor[1:]) if cursor.startswith("v") and cursor[1:].isdigit() else None
     dates, current = new_late_dates(settings, after, datetime.now(UTC))
     new_cursor = f"v{current}" if current is not None else cursor
+    if older := sorted(d for d in dates if d < FIRST_PARTITION):
+        # Older than the partitions loaded with the definitions: the corrections schedule takes
+        # them once the code location is reloaded (its first partition is then bronze's first).
+        context.log.warning(f"late events for {[d.isoformat() for d in older]}, before the first "
+                            f"partition {FIRST_PARTITION}: reload the code location (or set "
+                            "PARTITIONS_START) to correct them")
+        dates = {d: v for d, v in dates.items() if d >= FIRST_PARTITION}
     if not dates:
         return SensorResult(skip_reason=SkipReason("no new late events"), cursor=new_cursor)
     return SensorResult(

@@ -18,6 +18,9 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TQDM_DISABLE", "1")
+# The definitions load once per worker, before any test's instance has data: their daily
+# partitions start at a fixed date, not at the first event date of whichever root is set then.
+os.environ.setdefault("PARTITIONS_START", "2025-01-01")
 
 
 # `make test` spreads the suite over xdist workers (TEST_WORKERS, `--dist loadscope`). A scope is

@@ -38,14 +38,14 @@ def run_demo(tmp_path: Path, bootstrap: str, timeout: float, **extra: str):
     })
     done = subprocess.run([sys.executable, "-m", "testkit.demo"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
-    return done, home
+    return done, home, env
 
 
 @pytest.mark.slow
 def test_demo_prints_a_line_per_step_and_the_summary(tmp_path, kafka_bootstrap):
     from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
-    done, home = run_demo(tmp_path, kafka_bootstrap, timeout=900)
+    done, home, env = run_demo(tmp_path, kafka_bootstrap, timeout=900)
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(lines) <= 40, done.stdout
@@ -56,7 +56,8 @@ def test_demo_prints_a_line_per_step_and_the_summary(tmp_path, kafka_bootstrap):
     assert any(line.startswith("  timeline report") and "FAILED" not in line for line in lines)
     runs = [m.groups() for line in lines if (m := RUN_LINE.match(line))]
     assert [job for job, _, _ in runs][:1] == ["stream_catch_up"]
-    assert {job for job, _, _ in runs} == {"stream_catch_up", "reconcile_dates", "report_timeline"}
+    assert {job for job, _, _ in runs} == {"stream_catch_up", "reconcile_dates", "report_timeline",
+                                           "check_freshness"}
     assert all(status == "ok" for _, status, _ in runs)
     # The event stream is in the run storage (what `make ui` shows), not on the console.
     instance = DagsterInstance.from_config(str(home))
@@ -68,11 +69,45 @@ def test_demo_prints_a_line_per_step_and_the_summary(tmp_path, kafka_bootstrap):
     finally:
         instance.dispose()
     assert (home / "demo.log").stat().st_size > 0  # Spark's and Dagster's console output
+    first_look(env, home)
+
+
+def first_look(env: dict, home: Path) -> None:
+    """What the UI shows after the demo, asked through the webserver's GraphQL API: the daily
+    partitions start at the first event date (not LAKEHOUSE_START_DATE), and every asset check
+    has a latest evaluation, which passed."""
+    from conftest import free_port
+
+    from lakehouse.settings import Settings
+    from lakehouse.table_reads import bronze_dates
+    from testkit.webserver import gql, webserver
+
+    env = {k: v for k, v in env.items() if k != "PARTITIONS_START"}  # the default: data's first
+    first = min(bronze_dates(Settings.from_env(env))).isoformat()
+    with webserver(env, free_port(), home / "webserver.log") as url:
+        nodes = gql(url, """{ assetNodes { assetKey { path } isPartitioned partitionKeys
+            assetChecksOrError { ... on AssetChecks { checks { name } } } } }""")["assetNodes"]
+        partitioned = {"/".join(n["assetKey"]["path"]): n["partitionKeys"] for n in nodes
+                       if n["isPartitioned"]}
+        assert partitioned and all(keys[0] == first for keys in partitioned.values()), (
+            first, {k: v[:2] for k, v in partitioned.items()})
+        checks = [(n["assetKey"]["path"], c["name"]) for n in nodes
+                  for c in (n["assetChecksOrError"] or {}).get("checks", [])]
+        assert len(checks) >= 4, checks
+        latest = {}
+        for path, name in checks:
+            runs = gql(url, """query ($path: [String!]!, $name: String!) {
+                assetCheckExecutions(assetKey: {path: $path}, checkName: $name, limit: 1) {
+                    status evaluation { success } } }""", {"path": path, "name": name})
+            execution = runs["assetCheckExecutions"]
+            latest["/".join(path) + ":" + name] = (execution[0]["status"] if execution
+                                                   else "never evaluated")
+        assert set(latest.values()) == {"SUCCEEDED"}, latest
 
 
 def test_failed_step_prints_its_error_and_where_to_read_the_logs(tmp_path, kafka_bootstrap):
     """The Spark driver cannot start (an invalid heap size): `bronze_events` fails."""
-    done, home = run_demo(tmp_path, kafka_bootstrap, timeout=300,
+    done, home, _ = run_demo(tmp_path, kafka_bootstrap, timeout=300,
                           **{"SPARK_CONF_spark.driver.memory": "not-a-size"})
     lines = done.stdout.splitlines()
     assert done.returncode != 0
@@ -95,7 +130,7 @@ def test_failed_step_prints_its_error_and_where_to_read_the_logs(tmp_path, kafka
     ({"DEMO_EVENTS": "lots"}, "demo: error: DEMO_EVENTS='lots' must be a positive integer"),
 ])
 def test_bad_setting_is_one_error_line_and_exit_code_2(tmp_path, env, message):
-    done, _ = run_demo(tmp_path, "127.0.0.1:1", timeout=60, **env)
+    done, _, _ = run_demo(tmp_path, "127.0.0.1:1", timeout=60, **env)
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1, done.stderr

@@ -5,17 +5,15 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import time
-import urllib.error
-import urllib.request
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from conftest import free_port
+
+from testkit.webserver import gql, start, stop, wait_ready
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = REPO / ".venv/bin"
@@ -25,39 +23,6 @@ DAILY = ("late_corrections", "reconciled_aggregates", "replay_aggregates")
 JOBS = {"stream_catch_up", "reconcile_dates", "correct_dates", "reprocess_dates", "verify_dates"}
 SCHEDULES = {"stream_catch_up_schedule", "corrections_schedule", "verification_schedule"}
 SENSORS = {"late_data_sensor", "topic_observation_sensor", "freshness_checks_sensor"}
-STARTUP_TIMEOUT = 120
-
-
-def gql(url: str, query: str, variables: dict | None = None) -> dict:
-    """POST a GraphQL query; returns `data`, failing the test on any GraphQL error."""
-    body = json.dumps({"query": query, "variables": variables or {}}).encode()
-    req = urllib.request.Request(f"{url}/graphql", data=body,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            payload = json.load(resp)
-    except urllib.error.HTTPError as exc:  # the server answers invalid queries with 400 + errors
-        pytest.fail(f"GraphQL HTTP {exc.code}: {exc.read()[:2000]!r}")
-    assert not payload.get("errors"), payload["errors"]
-    return payload["data"]
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """Stop the webserver's process group (it spawns a gRPC code server), escalating to KILL."""
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
-        try:  # the leader is gone; kill what is left of the group (the code server)
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +51,7 @@ def server(webserver_env):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = Path(webserver_env["DAGSTER_HOME"]) / "webserver.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(BIN / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
-            cwd=REPO, env=webserver_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = start(webserver_env, port, log)
     try:
         done = subprocess.run(
             [str(BIN / "dagster"), "asset", "materialize", "-m", "orchestration.definitions",
@@ -100,18 +62,7 @@ def server(webserver_env):
         run_ids = re.findall(r" - ([0-9a-f-]{36}) - .*RUN_SUCCESS", output)
         assert len(run_ids) == 1, output[-3000:]
 
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while True:
-            assert proc.poll() is None, f"webserver exited {proc.returncode}: {log.read_text()[-3000:]}"
-            try:
-                with urllib.request.urlopen(f"{url}/server_info", timeout=5) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"no /server_info after {STARTUP_TIMEOUT}s: " \
-                                                 f"{log.read_text()[-3000:]}"
-            time.sleep(0.5)
+        wait_ready(proc, url, log)
         yield url, run_ids[0]
     finally:
         stop(proc)
