@@ -121,7 +121,7 @@ test-cluster: setup
 	  rc=$$?; $(MAKE) --no-print-directory cluster-down; exit $$rc
 
 test: setup lint kafka-up
-	$(PY) -m pytest --ignore=tests/cluster -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+	$(PY) -m pytest --ignore=tests/cluster -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 ui: setup
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -p $${DAGSTER_PORT:-3000} -w workspace.yaml

@@ -260,11 +260,11 @@ class Settings:
         of the date plus the correction horizon (corrections, replay and sensors share it)."""
         return day_bounds(d)[1] + self.correction_horizon
 
-    @property
-    def recent_dates(self) -> int:
-        """Dates the corrections schedule revisits: today plus every date still within the
-        correction horizon."""
-        return 1 + -(-self.correction_horizon // timedelta(days=1))
+    def recent_dates(self, today: date) -> list[date]:
+        """The dates the corrections schedule revisits on `today`: today and every date still
+        within the correction horizon, newest first."""
+        days = 1 + -(-self.correction_horizon // timedelta(days=1))
+        return [today - timedelta(days=n) for n in range(days)]
 
     @property
     def root(self) -> str:

@@ -7,8 +7,10 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 from dagster import Definitions, in_process_executor, load_assets_from_modules  # noqa: E402
 
-from assets import checks, daily, observe, streaming  # noqa: E402
-from assets.freshness import freshness_checks  # noqa: E402
+from assets import ingest  # noqa: E402
+from assets.observe import timeline  # noqa: E402
+from assets.observe.freshness import freshness_checks  # noqa: E402
+from assets.reconcile import checks, daily  # noqa: E402
 from assets.resources import DEFAULT_LAKEHOUSE, LogPositionResource, SparkResource  # noqa: E402
 from orchestration.jobs import all_jobs  # noqa: E402
 from orchestration.schedules import all_schedules  # noqa: E402
@@ -18,7 +20,9 @@ from orchestration.sensors import all_sensors  # noqa: E402
 lakehouse = DEFAULT_LAKEHOUSE
 
 defs = Definitions(
-    assets=load_assets_from_modules([streaming, daily, observe]),
+    # By domain: ingest (the stream), reconcile (corrections, replay, the proof), observe (the
+    # timeline, the topic, freshness); maintain is a job (orchestration.jobs).
+    assets=load_assets_from_modules([ingest, daily, timeline]),
     asset_checks=[checks.reconciled_equals_replay, checks.fast_path_vs_replay, *freshness_checks],
     jobs=all_jobs,
     schedules=all_schedules,

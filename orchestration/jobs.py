@@ -2,10 +2,10 @@
 
 from dagster import AssetSelection, define_asset_job, job
 
-from assets.checks import fast_path_vs_replay, reconciled_equals_replay
-from assets.freshness import freshness_checks
-from assets.maintenance import compact_and_vacuum
+from assets.maintain import compact_and_vacuum
+from assets.observe.freshness import freshness_checks
 from assets.partitions import daily_event_dates
+from assets.reconcile.checks import fast_path_vs_replay, reconciled_equals_replay
 
 # Whole runs that write the same tables queue behind each other (the instance's
 # `tag_concurrency_limits`, infra/dagster*.yaml): a run keeps its Spark session between its
@@ -31,47 +31,37 @@ stream_catch_up_job = define_asset_job(
                 "windowed aggregates.",
 )
 
-reconcile_job = define_asset_job(
-    "reconcile_dates",
-    selection=assets_with_data_checks("replay_aggregates", "late_corrections",
-                                      "reconciled_aggregates"),
-    partitions_def=daily_event_dates,
-    tags=DAILY_WRITES,
-    description="Corrections, replay and the blocking GX proof for event dates.",
-)
+def daily_job(name: str, selection: AssetSelection, description: str, config=None):
+    """A job over event dates: the daily partitions, queued with the other daily writers."""
+    return define_asset_job(name, selection=selection, partitions_def=daily_event_dates,
+                            tags=DAILY_WRITES, config=config, description=description)
 
-correct_job = define_asset_job(
+
+PUBLISHED = ("replay_aggregates", "late_corrections", "reconciled_aggregates")
+
+reconcile_job = daily_job(
+    "reconcile_dates", assets_with_data_checks(*PUBLISHED),
+    "Corrections, replay and the blocking GX proof for event dates.")
+
+correct_job = daily_job(
     "correct_dates",
-    selection=AssetSelection.assets("late_corrections", "reconciled_aggregates").without_checks(),
-    partitions_def=daily_event_dates,
-    tags=DAILY_WRITES,
-    description="Apply late events to the gold table for dates (incremental: only the windows "
-                "bronze changes touched). The proof against the replay runs in verify_dates.",
-)
+    AssetSelection.assets("late_corrections", "reconciled_aggregates").without_checks(),
+    "Apply late events to the gold table for dates (incremental: only the windows bronze "
+    "changes touched). The proof against the replay runs in verify_dates.")
 
-reprocess_job = define_asset_job(
-    "reprocess_dates",
-    selection=assets_with_data_checks("replay_aggregates", "late_corrections",
-                                      "reconciled_aggregates"),
-    partitions_def=daily_event_dates,
-    tags=DAILY_WRITES,
-    config={"ops": {"corrections": {"config": {"reprocess": True}}}},
-    description="Rebuild reconciled_aggregates for dates from a fresh replay of the log (after a "
-                "bug fix or a changed window size): changed windows get a new revision and a "
-                "`reprocess` changelog row. Backfill a range of dates as one run.",
-)
+reprocess_job = daily_job(
+    "reprocess_dates", assets_with_data_checks(*PUBLISHED),
+    "Rebuild reconciled_aggregates for dates from a fresh replay of the log (after a bug fix or "
+    "a changed window size): changed windows get a new revision and a `reprocess` changelog "
+    "row. Backfill a range of dates as one run.",
+    config={"ops": {"corrections": {"config": {"reprocess": True}}}})
 
-verify_job = define_asset_job(
-    "verify_dates",
-    selection=assets_with_data_checks("replay_aggregates") | DATA_CHECKS,
-    partitions_def=daily_event_dates,
-    tags=DAILY_WRITES,
+verify_job = daily_job(
+    "verify_dates", assets_with_data_checks("replay_aggregates") | DATA_CHECKS,
+    "Replay dates from the log up to the position their published gold rows were computed "
+    "from, and prove reconciled_aggregates equal to it, without touching the gold table.",
     # Replay each date up to the position its published gold rows were computed from.
-    config={"resources": {"log_position": {"config": {"as_published": True}}}},
-    description="Replay dates from the log up to the position their published gold rows were "
-                "computed from, and prove reconciled_aggregates equal to it, without touching "
-                "the gold table.",
-)
+    config={"resources": {"log_position": {"config": {"as_published": True}}}})
 
 timeline_job = define_asset_job(
     "report_timeline", selection=AssetSelection.assets("timeline_report"),

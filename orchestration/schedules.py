@@ -72,7 +72,7 @@ def date_range_request(dates: list[date], run_key: str | None = None) -> RunRequ
 def corrections_schedule(context: ScheduleEvaluationContext, lakehouse: LakehouseResource):
     s = lakehouse.settings
     today = tick_date(context)
-    recent = {today - timedelta(days=n) for n in range(s.recent_dates)}
+    recent = set(s.recent_dates(today))
     dates = sorted(d for d in bronze_dates(s) if d in recent)
     if older := [d.isoformat() for d in dates if d < FIRST_PARTITION]:
         context.log.warning(f"bronze holds {older}, before the first partition {FIRST_PARTITION}:"

@@ -10,7 +10,7 @@
   `verify_dates` for the same dates, so no date corrections publish goes unproven.
 - `topic_observation_sensor`: records an observation of `raw_events` (offsets, lag, rate,
   retention) every minute without launching a run.
-- `freshness_checks_sensor`: evaluates the freshness checks of `assets.freshness`.
+- `freshness_checks_sensor`: evaluates the freshness checks of `assets.observe.freshness`.
 
 Sensors receive the `lakehouse` resource, so they read the same settings as the assets.
 """
@@ -37,8 +37,8 @@ from dagster._core.storage.tags import (
     PARTITION_NAME_TAG,
 )
 
-from assets.freshness import freshness_checks
-from assets.observations import topic_metadata
+from assets.observe.freshness import freshness_checks
+from assets.observe.topic import topic_metadata
 from assets.partitions import FIRST_PARTITION
 from assets.resources import LakehouseResource
 from lakehouse.delta_log import open_table

@@ -187,7 +187,7 @@ def _replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None,
     ensure_tables(spark, settings)
     require_log_append_time(settings)  # offsets-for-times ranges need broker append times
     offsets = topic_offsets(settings)  # one broker round trip for the check and the ranges
-    version = as_of if as_of is not None else table_version(spark, settings, BRONZE)
+    version = as_of if as_of is not None else table_version(settings, BRONZE)
     position = bronze_position(spark, settings, version)
     if incomplete := missing_offsets(spark, settings, d, offsets, position):
         raise incomplete

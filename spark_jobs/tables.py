@@ -166,7 +166,7 @@ def read_table(spark: SparkSession, settings: Settings, table: Table, version: i
     return reader.load(settings.table_path(table.name))
 
 
-def table_version(spark: SparkSession, settings: Settings, table: Table) -> int:
+def table_version(settings: Settings, table: Table) -> int:
     """The table's newest version, from its Delta log (delta-rs: no Spark job)."""
     return delta_log.version(settings, table.name)
 

@@ -23,35 +23,37 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("PARTITIONS_START", "2025-01-01")
 
 
-# `make test` spreads the suite over xdist workers (TEST_WORKERS, `--dist loadscope`). A scope is
-# what must run on one worker: the modules below share an expensive module- or session-scoped
-# fixture (built once per worker that runs them); any other test is a scope of its own. xdist
-# hands out the bigger scopes first, then single tests in collection order, where the ones
+# `make test` spreads the suite over xdist workers (TEST_WORKERS, `--dist loadgroup`). Tests that
+# share an expensive fixture run on one worker, so that it is built once: their group is derived
+# from the fixtures they use (any module-scoped one, and the session-scoped ones below, which are
+# worth building once per run rather than once per worker); any other test goes anywhere. Tests
 # marked `slow` go first (after pytest-randomly's shuffle) so that none is left for the end.
-SHARED_FIXTURE_SCOPES = {
-    "tests/test_pipeline_e2e.py": "scenario",  # the session's e2e scenario
-    "tests/test_readers.py": "scenario",
-    "tests/test_reconciliation.py": "reconciliation",
-    "tests/test_timeline.py": "timeline",
-    "tests/test_webserver.py": "webserver",
-    "tests/test_drills_fast.py": "drills",
-}
+SHARED_SESSION_FIXTURES = {"scenario"}
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    if config.getvalue("dist") != "loadscope":
+def xdist_group(item: pytest.Item) -> str | None:
+    """The group of the expensive fixture a test uses, None when it uses none."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    module = item.nodeid.split("::", 1)[0]
+    for name in sorted(info.names_closure):
+        fixturedefs = info.name2fixturedefs.get(name)
+        if not fixturedefs:
+            continue
+        scope = fixturedefs[-1].scope
+        if scope == "module":
+            return module  # module-scoped fixtures: one instance per module
+        if scope == "session" and name in SHARED_SESSION_FIXTURES:
+            return name
+    return None
 
-    class SharedFixtureScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return SHARED_FIXTURE_SCOPES.get(nodeid.split("::", 1)[0], nodeid)
 
-    return SharedFixtureScheduling(config, log)
-
-
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(items):
+    for item in items:
+        if group := xdist_group(item):
+            item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
 
 

@@ -45,7 +45,7 @@ def test_compaction_and_vacuum_keep_rows_versions_and_the_stream(instance_env, s
     first, second = sorted(files_per_date(settings, BRONZE))
     assert min(files_per_date(settings, BRONZE).values()) >= 3
     aggregates_before = files_per_date(settings, STREAMING)
-    rows, version = bronze_rows(spark, settings), table_version(spark, settings, BRONZE)
+    rows, version = bronze_rows(spark, settings), table_version(settings, BRONZE)
 
     # min_files=1: every partition is a candidate, so the rules alone decide what is touched.
     done = {m.table: m for m in maintain_tables(spark, settings, min_files=1)}

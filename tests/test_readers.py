@@ -65,7 +65,7 @@ def test_change_feed_of_gold_shows_each_revision_the_changelog_records(scenario,
     settings = scenario[0]
     path = settings.table_path("reconciled_aggregates")
     gold = DeltaTable(path)
-    assert gold.version() == table_version(spark, settings, RECONCILED)
+    assert gold.version() == table_version(settings, RECONCILED)
     feed = pa.table(gold.load_cdf(starting_version=0))
     columns = [c for c in feed.column_names if c != "_commit_timestamp"]  # ms vs us precision
     assert by_arrow(feed, columns) == by_spark(spark, path, columns, change_feed=True)

@@ -4,8 +4,8 @@ corrections or a reprocess; reruns change nothing; corrections are read incremen
 the Change Data Feed; a replay of a log that retention has cut fails loudly, and a fresh
 instance on a cut topic is reported incomplete, never proven.
 
-Each test starts from a reconciled, proven date (the `published` fixture re-reconciles it), so
-the tests pass in any order."""
+Each test starts from a reconciled, proven date (the `published` fixture reconciles it again
+after a test that changed it), so the tests pass in any order."""
 
 import time as clock
 from datetime import UTC, datetime, timedelta
@@ -17,7 +17,7 @@ from dagster import DagsterInstance
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from assets.checks import prove_dates
+from assets.reconcile.checks import prove_dates
 from lakehouse.kafka_admin import admin, topic_offsets
 from lakehouse.settings import utc
 from lakehouse.table_reads import compare_tables, read
@@ -40,20 +40,31 @@ def instance_of_module(tmp_path_factory, kafka_bootstrap, spark):
         yield settings, instance, dates[-1]
 
 
-# Set by a test before it changes the module's instance, cleared when it leaves the date
-# reconciled and proven again; the next test's `published` restores the date if still set.
-DIRTY = {"since": None}
+class Published:
+    """The module's instance, its date reconciled and proven. A test that leaves it so says
+    `proven()`; otherwise its own teardown reconciles the date again (a repair that fails is
+    that test's error, not the next one's)."""
+
+    def __init__(self, settings, instance, d):
+        self.settings, self.instance, self.d = settings, instance, d
+        self.left_proven = False
+
+    def __iter__(self):
+        return iter((self.settings, self.instance, self.d))
+
+    def proven(self) -> None:
+        self.left_proven = True
 
 
 @pytest.fixture()
-def published(instance_of_module, request):
-    """The module's instance with its date reconciled and proven, whatever ran before."""
-    settings, instance, d = instance_of_module
-    if DIRTY["since"] is not None:
-        result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
-        assert result.success and reconciliation_check(checks).passed, DIRTY["since"]
-    DIRTY["since"] = request.node.name
-    yield settings, instance, d
+def published(instance_of_module):
+    state = Published(*instance_of_module)
+    yield state
+    if not state.left_proven:
+        result, checks = run_job("reconcile_dates", state.instance,
+                                 partition_key=state.d.isoformat())
+        assert result.success and reconciliation_check(checks).passed, \
+            "the date could not be reconciled and proven again after this test"
 
 
 def past_time_of(d, at):
@@ -105,7 +116,7 @@ def test_rerunning_corrections_or_reprocessing_a_correct_date_changes_nothing(pu
             assert meta["duration_s"].value >= sum(stages.values()) - 0.1
     assert gold_version(spark, settings) == version  # not one commit to gold
     assert read(settings, "late_corrections").num_rows == changelog
-    DIRTY["since"] = None  # left reconciled and proven
+    published.proven()  # left reconciled and proven
 
 
 def test_tampered_gold_row_fails_the_check_naming_the_window_and_corrections_repair_it(
@@ -155,7 +166,7 @@ def test_tampered_gold_row_fails_the_check_naming_the_window_and_corrections_rep
     assert len(log) == 1 and log[0]["cause"] == "reprocess"
     assert log[0]["before_value_sum"] == target.value_sum + 1
     assert log[0]["after_value_sum"] == target.value_sum
-    DIRTY["since"] = None  # left reconciled and proven
+    published.proven()  # left reconciled and proven
 
 
 def test_tampered_bronze_record_fails_the_check_and_reprocessing_the_date_repairs_it(
@@ -237,7 +248,7 @@ def test_records_arriving_after_a_corrections_run_wait_for_the_next_one_not_fail
     events_after = sum(read(settings, "reconciled_aggregates", d)["event_count"].to_pylist())
     assert events_after - events_before == len(new)  # every new event applied, once
     assert compare_tables(settings, d) == 0
-    DIRTY["since"] = None  # left reconciled and proven
+    published.proven()  # left reconciled and proven
 
 
 def test_a_topic_cut_by_retention_is_reported_incomplete_never_proven(
@@ -323,7 +334,7 @@ def test_the_check_fails_when_gold_and_replay_come_from_different_positions(publ
         late_fraction=0)).records)
     result, _ = run_job("stream_catch_up", instance)
     assert result.success
-    newest = table_version(spark, settings, BRONZE)
+    newest = table_version(settings, BRONZE)
     run_replay(spark, settings, d, as_of=newest, run_id="by-hand")  # newer than gold's input
     check = prove_dates(spark, settings, [d])
     positions = check.metadata["log_positions"].value[d.isoformat()]
@@ -373,4 +384,4 @@ def test_two_corrections_runs_of_one_date_at_once_are_serialized(published, spar
     result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
     assert result.success and reconciliation_check(checks).passed
     assert gold_metadata(result)["windows_corrected"].value == 0
-    DIRTY["since"] = None  # left reconciled and proven
+    published.proven()  # left reconciled and proven

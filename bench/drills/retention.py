@@ -2,7 +2,7 @@
 proven; then a fresh instance starts on the cut topic.
 
 Verified: before the cut the date is proven; after it `verify_dates` fails and the proof
-(`assets.checks.prove_dates`) reports the date incomplete with the missing offset ranges per
+(`assets.reconcile.checks.prove_dates`) reports the date incomplete with the missing offset ranges per
 partition (from 0 to the new log start); `correct_dates` still works from bronze and gold still
 equals the plain-Python count; the fresh instance (which sees the same truncated log on both
 sides) is reported incomplete ("retention cut the log"), never proven.
@@ -48,7 +48,7 @@ def _set_retention(settings, retention_ms: int, segment_ms: int | None = None) -
 def run(ctx: Context, result: DrillResult) -> DrillResult:
     from dagster import DagsterInstance
 
-    from assets.checks import prove_dates
+    from assets.reconcile.checks import prove_dates
     from lakehouse.kafka_admin import topic_offsets
     from lakehouse.table_reads import read
     from testkit.generator import GeneratorConfig, generate

@@ -96,8 +96,8 @@ def _correct(spark: SparkSession, settings: Settings, d: date, run_id: str, repr
     result = CorrectionResult(d)
     with result.timed("plan"):
         ensure_tables(spark, settings)
-        bronze_version = table_version(spark, settings, BRONZE) if as_of is None else as_of
-        gold_version = table_version(spark, settings, RECONCILED)
+        bronze_version = table_version(settings, BRONZE) if as_of is None else as_of
+        gold_version = table_version(settings, RECONCILED)
         result.bronze_version = bronze_version
         bronze = read_table(spark, settings, BRONZE, bronze_version).where(
             F.col("event_date") == F.lit(d))

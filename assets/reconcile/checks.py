@@ -13,7 +13,7 @@ from dagster import (
 )
 from pyspark.sql import functions as F
 
-from assets.daily import partition_dates
+from assets.reconcile.daily import partition_dates
 from assets.resources import LakehouseResource, SparkResource
 from expectations.reconciliation import check_equal, data_docs_dir, fast_path_gap
 from lakehouse.kafka_admin import topic_offsets

@@ -4,23 +4,10 @@
 import time
 from datetime import date
 
-from dagster import (
-    AssetExecutionContext,
-    AssetSpec,
-    BackfillPolicy,
-    Config,
-    Failure,
-    MaterializeResult,
-    MetadataValue,
-    TableColumn,
-    TableRecord,
-    TableSchema,
-    asset,
-    multi_asset,
-)
+import dagster as dg
 
-from assets.log_position import version_for
 from assets.partitions import daily_event_dates
+from assets.reconcile.log_position import version_for
 from assets.resources import LakehouseResource, LogPositionResource, SparkResource
 from spark_jobs.corrections import run_corrections
 from spark_jobs.replay import ReplayIncomplete, replayed_in_run, run_replay
@@ -31,12 +18,12 @@ from spark_jobs.tables import CORRECTIONS, RECONCILED, REPLAY
 DAILY_POOL = "lakehouse_daily"
 
 
-def partition_dates(context: AssetExecutionContext) -> list[date]:
+def partition_dates(context: dg.AssetExecutionContext) -> list[date]:
     """The run's dates: one partition, or a range in a single-run backfill."""
     return [date.fromisoformat(k) for k in context.partition_keys]
 
 
-class CorrectionsConfig(Config):
+class CorrectionsConfig(dg.Config):
     reprocess: bool = False
     """Rebuild the dates from replay_aggregates (after a bug fix or a changed window size)
     instead of applying bronze changes; every changed window becomes a `reprocess` correction.
@@ -44,33 +31,33 @@ class CorrectionsConfig(Config):
     replays first, in the same run)."""
 
 
-PER_DATE_SCHEMA = TableSchema(columns=[
-    TableColumn("event_date", "string"), TableColumn("mode", "string"),
-    TableColumn("reason", "string"), TableColumn("windows_recomputed", "int"),
-    TableColumn("windows", "int"), TableColumn("inserted", "int"),
-    TableColumn("corrected", "int"), TableColumn("finalized", "int"), TableColumn("removed", "int"),
-    TableColumn("late_events", "int"), TableColumn("beyond_horizon", "int"),
-    TableColumn("watermark", "string"),
+PER_DATE_SCHEMA = dg.TableSchema(columns=[
+    dg.TableColumn("event_date", "string"), dg.TableColumn("mode", "string"),
+    dg.TableColumn("reason", "string"), dg.TableColumn("windows_recomputed", "int"),
+    dg.TableColumn("windows", "int"), dg.TableColumn("inserted", "int"),
+    dg.TableColumn("corrected", "int"), dg.TableColumn("finalized", "int"), dg.TableColumn("removed", "int"),
+    dg.TableColumn("late_events", "int"), dg.TableColumn("beyond_horizon", "int"),
+    dg.TableColumn("watermark", "string"),
 ])
 
 
-@multi_asset(
+@dg.multi_asset(
     specs=[
-        AssetSpec("late_corrections", deps=["streaming_aggregates"], group_name="reconcile",
+        dg.AssetSpec("late_corrections", deps=["streaming_aggregates"], group_name="reconcile",
                   kinds={"spark", "delta"}, skippable=True,
                   description="Changelog of every change to a published window (before/after, "
                               "revision, cause, run id)."),
-        AssetSpec("reconciled_aggregates", deps=["late_corrections", "replay_aggregates"],
+        dg.AssetSpec("reconciled_aggregates", deps=["late_corrections", "replay_aggregates"],
                   group_name="reconcile",
                   kinds={"spark", "delta"}, skippable=True,
                   description="Gold: exact per-window aggregates, revisioned, Change Data Feed "
                               "on; proven equal to the replay by a blocking GX check."),
     ],
     partitions_def=daily_event_dates,
-    backfill_policy=BackfillPolicy.single_run(),
+    backfill_policy=dg.BackfillPolicy.single_run(),
     pool=DAILY_POOL,
 )
-def corrections(context: AssetExecutionContext, config: CorrectionsConfig,
+def corrections(context: dg.AssetExecutionContext, config: CorrectionsConfig,
                 lakehouse: LakehouseResource, spark: SparkResource,
                 log_position: LogPositionResource):
     """One corrections pass per date writes both tables (the changelog first); the two assets
@@ -91,45 +78,45 @@ def corrections(context: AssetExecutionContext, config: CorrectionsConfig,
                         as_of=as_of(d)).as_metadata()
         for d in partition_dates(context)
     ]
-    per_date = MetadataValue.table(
-        records=[TableRecord({c.name: r[c.name] if r[c.name] is not None else "" for c in
+    per_date = dg.MetadataValue.table(
+        records=[dg.TableRecord({c.name: r[c.name] if r[c.name] is not None else "" for c in
                               PER_DATE_SCHEMA.columns}) for r in results],
         schema=PER_DATE_SCHEMA,
     )
     totals = {k: sum(r[k] for r in results) for k in
               ("windows", "windows_recomputed", "inserted", "corrected", "removed", "finalized",
                "beyond_horizon", "late_events")}
-    yield MaterializeResult(asset_key="late_corrections", metadata={
+    yield dg.MaterializeResult(asset_key="late_corrections", metadata={
         "corrections": totals["corrected"],
         "beyond_horizon_not_applied": totals["beyond_horizon"],
         "late_events": totals["late_events"],
         "per_date": per_date,
-        "path": MetadataValue.path(settings.table_path(CORRECTIONS.name)),
+        "path": dg.MetadataValue.path(settings.table_path(CORRECTIONS.name)),
     })
-    yield MaterializeResult(asset_key="reconciled_aggregates", metadata={
+    yield dg.MaterializeResult(asset_key="reconciled_aggregates", metadata={
         **{(k if k.startswith("windows") else f"windows_{k}"): v
            for k, v in totals.items() if k != "late_events"},
-        "bronze_versions": MetadataValue.json({r["event_date"]: r["bronze_version"]
+        "bronze_versions": dg.MetadataValue.json({r["event_date"]: r["bronze_version"]
                                                for r in results}),
-        "modes": MetadataValue.json({r["event_date"]: f"{r['mode']}: {r['reason']}"
+        "modes": dg.MetadataValue.json({r["event_date"]: f"{r['mode']}: {r['reason']}"
                                      for r in results}),
-        "seconds_by_stage": MetadataValue.json({r["event_date"]: r["seconds"]
+        "seconds_by_stage": dg.MetadataValue.json({r["event_date"]: r["seconds"]
                                                 for r in results}),
         "watermark": results[-1]["watermark"] if results else None,
         "duration_s": round(time.monotonic() - t0, 2),
         "per_date": per_date,
-        "path": MetadataValue.path(settings.table_path(RECONCILED.name)),
+        "path": dg.MetadataValue.path(settings.table_path(RECONCILED.name)),
     })
 
 
-@asset(key="replay_aggregates", deps=["raw_events"], group_name="reconcile",
+@dg.asset(key="replay_aggregates", deps=["raw_events"], group_name="reconcile",
        kinds={"spark", "kafka", "delta"}, partitions_def=daily_event_dates,
-       backfill_policy=BackfillPolicy.single_run(), pool=DAILY_POOL,
+       backfill_policy=dg.BackfillPolicy.single_run(), pool=DAILY_POOL,
        description="Batch recomputation of the date straight from the Kafka log (not from "
                    "bronze, not from stream state), up to the run's log position.")
-def replay_aggregates(context: AssetExecutionContext, lakehouse: LakehouseResource,
+def replay_aggregates(context: dg.AssetExecutionContext, lakehouse: LakehouseResource,
                       spark: SparkResource, log_position: LogPositionResource
-                      ) -> MaterializeResult:
+                      ) -> dg.MaterializeResult:
     """Reads the log up to the Kafka offsets stamped on the run's bronze version
     (`log_position`), the same input the run's corrections compute from."""
     settings = lakehouse.settings
@@ -143,13 +130,13 @@ def replay_aggregates(context: AssetExecutionContext, lakehouse: LakehouseResour
             for d in partition_dates(context)
         ]
     except ReplayIncomplete as exc:
-        raise Failure(description=str(exc), metadata=exc.as_metadata()) from exc
-    return MaterializeResult(metadata={
+        raise dg.Failure(description=str(exc), metadata=exc.as_metadata()) from exc
+    return dg.MaterializeResult(metadata={
         "windows": sum(r["windows"] for r in results),
         "events": sum(r["events"] for r in results),
         "records_read": sum(r["records_read"] for r in results),
-        "bronze_versions": MetadataValue.json({r["event_date"]: r["as_of_bronze_version"]
+        "bronze_versions": dg.MetadataValue.json({r["event_date"]: r["as_of_bronze_version"]
                                                for r in results}),
-        "per_date": MetadataValue.json(results),
-        "path": MetadataValue.path(settings.table_path(REPLAY.name)),
+        "per_date": dg.MetadataValue.json(results),
+        "path": dg.MetadataValue.path(settings.table_path(REPLAY.name)),
     })

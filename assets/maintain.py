@@ -3,7 +3,7 @@ small files and VACUUM, `spark_jobs.maintenance`."""
 
 from dagster import MetadataValue, OpExecutionContext, Output, TableColumn, TableRecord, TableSchema, op
 
-from assets.daily import DAILY_POOL
+from assets.reconcile.daily import DAILY_POOL
 from assets.resources import LakehouseResource, SparkResource
 from spark_jobs.maintenance import MIN_FILES, maintain_tables
 

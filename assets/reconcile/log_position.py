@@ -23,7 +23,7 @@ def pinned_version(context: AssetExecutionContext, spark: SparkResource, setting
     if tagged is not None:
         return int(tagged)
     ensure_tables(spark.session, settings)
-    version = table_version(spark.session, settings, BRONZE)
+    version = table_version(settings, BRONZE)
     context.instance.add_run_tags(context.run_id, {RUN_TAG: str(version)})
     return version
 

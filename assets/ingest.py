@@ -3,19 +3,9 @@
 
 import time
 
-from dagster import (
-    AssetExecutionContext,
-    AssetSpec,
-    MaterializeResult,
-    MetadataValue,
-    TableColumn,
-    TableRecord,
-    TableSchema,
-    asset,
-    multi_asset,
-)
+import dagster as dg
 
-from assets.observations import topic_metadata
+from assets.observe.topic import topic_metadata
 from assets.resources import LakehouseResource, SparkResource
 from lakehouse.kafka_admin import ensure_topic
 from lakehouse.progress_reports import BatchReport
@@ -26,18 +16,18 @@ from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING
 STREAM_POOL = "lakehouse_stream"  # one catch-up per checkpoint at a time
 
 
-@asset(key="raw_events", group_name="ingest", kinds={"kafka"},
+@dg.asset(key="raw_events", group_name="ingest", kinds={"kafka"},
        description="The Kafka topic of business events (LogAppendTime): offsets and lag.")
-def raw_events(lakehouse: LakehouseResource) -> MaterializeResult:
+def raw_events(lakehouse: LakehouseResource) -> dg.MaterializeResult:
     """Creates the topic when missing; the sensor `topic_observation_sensor` keeps observing it."""
     settings = lakehouse.settings
     created = ensure_topic(settings)
-    return MaterializeResult(metadata={"created": created, **topic_metadata(settings)})
+    return dg.MaterializeResult(metadata={"created": created, **topic_metadata(settings)})
 
 
-BATCH_SCHEMA = TableSchema(columns=[
-    TableColumn("batch_id", "int"), TableColumn("input_rows", "int"),
-    TableColumn("duration_ms", "int"),
+BATCH_SCHEMA = dg.TableSchema(columns=[
+    dg.TableColumn("batch_id", "int"), dg.TableColumn("input_rows", "int"),
+    dg.TableColumn("duration_ms", "int"),
 ])
 
 
@@ -47,12 +37,12 @@ def _run_metadata(progresses: list[dict], seconds: float) -> dict:
     return {
         "batches": len(reports),
         "input_rows": sum(r.input_rows for r in reports),
-        "offsets_read": MetadataValue.json({
+        "offsets_read": dg.MetadataValue.json({
             "start": reports[0].start_offsets if reports else None,
             "end": reports[-1].end_offsets if reports else None,
         }),
-        "batch_progress": MetadataValue.table(
-            records=[TableRecord({"batch_id": r.batch_id, "input_rows": r.input_rows,
+        "batch_progress": dg.MetadataValue.table(
+            records=[dg.TableRecord({"batch_id": r.batch_id, "input_rows": r.input_rows,
                                   "duration_ms": r.trigger_ms}) for r in reports],
             schema=BATCH_SCHEMA,
         ),
@@ -60,14 +50,14 @@ def _run_metadata(progresses: list[dict], seconds: float) -> dict:
     }
 
 
-@multi_asset(
+@dg.multi_asset(
     name="ingest",
     specs=[
-        AssetSpec("bronze_events", deps=["raw_events"], group_name="ingest",
+        dg.AssetSpec("bronze_events", deps=["raw_events"], group_name="ingest",
                   kinds={"spark", "delta"}, skippable=True,
                   description="Every valid Kafka record once (+ quarantined_events for malformed "
                               "ones), written by the one-pass ingest query."),
-        AssetSpec("streaming_aggregates", deps=["bronze_events"], group_name="ingest",
+        dg.AssetSpec("streaming_aggregates", deps=["bronze_events"], group_name="ingest",
                   kinds={"spark", "delta"}, skippable=True,
                   description="Fast provisional windows (explicit watermark, dedup by event_id) "
                               "and the late-event lane, written by the same batches as bronze."),
@@ -78,7 +68,7 @@ def _run_metadata(progresses: list[dict], seconds: float) -> dict:
                 "classifies its records once and writes bronze, quarantine, the late lane and "
                 "the aggregates.",
 )
-def ingest(context: AssetExecutionContext, lakehouse: LakehouseResource, spark: SparkResource):
+def ingest(context: dg.AssetExecutionContext, lakehouse: LakehouseResource, spark: SparkResource):
     """Whichever of the two assets a run selects, the catch-up is the same one pass (the
     tables it writes are never advanced apart); each selected asset reports its side."""
     settings = lakehouse.settings
@@ -88,14 +78,14 @@ def ingest(context: AssetExecutionContext, lakehouse: LakehouseResource, spark: 
     batch_ids = [int(p["batchId"]) for p in progresses]
     selected = {k.to_user_string() for k in context.selected_asset_keys}
     if "bronze_events" in selected:
-        yield MaterializeResult(asset_key="bronze_events", metadata={
+        yield dg.MaterializeResult(asset_key="bronze_events", metadata={
             **common, **bronze_summary(spark.session, settings, batch_ids),
-            "path": MetadataValue.path(settings.table_path(BRONZE.name)),
-            "quarantine_path": MetadataValue.path(settings.table_path(QUARANTINE.name)),
+            "path": dg.MetadataValue.path(settings.table_path(BRONZE.name)),
+            "quarantine_path": dg.MetadataValue.path(settings.table_path(QUARANTINE.name)),
         })
     if "streaming_aggregates" in selected:
-        yield MaterializeResult(asset_key="streaming_aggregates", metadata={
+        yield dg.MaterializeResult(asset_key="streaming_aggregates", metadata={
             **common, **streaming_summary(spark.session, settings, batch_ids),
-            "path": MetadataValue.path(settings.table_path(STREAMING.name)),
-            "late_events_path": MetadataValue.path(settings.table_path(LATE.name)),
+            "path": dg.MetadataValue.path(settings.table_path(STREAMING.name)),
+            "late_events_path": dg.MetadataValue.path(settings.table_path(LATE.name)),
         })
