@@ -7,11 +7,11 @@ import dagster as dg
 
 from assets.observe.topic import topic_metadata
 from assets.resources import LakehouseResource, SparkResource
+from lakehouse.catalog import BRONZE, LATE, QUARANTINE, STREAMING
 from lakehouse.kafka_admin import ensure_topic
 from lakehouse.progress_reports import BatchReport
 from spark_jobs import stream
 from spark_jobs.run_metadata import bronze_summary, streaming_summary
-from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING
 
 STREAM_POOL = "lakehouse_stream"  # one catch-up per checkpoint at a time
 

@@ -14,8 +14,8 @@ from datetime import date, datetime, time, timedelta
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.catalog import BRONZE, STREAMING
 from lakehouse.settings import Settings
-from spark_jobs.tables import BRONZE, STREAMING
 
 KEYS = 1000
 

@@ -56,8 +56,9 @@ def main() -> int:
     from pyspark.sql import functions as F
 
     from lakehouse.kafka_admin import ensure_topic
+    from lakehouse.log_ranges import offset_ranges
     from spark_jobs import stream
-    from spark_jobs.replay import offset_ranges, run_replay
+    from spark_jobs.replay import run_replay
     from spark_jobs.session import get_spark
     from spark_jobs.tables import ensure_tables
 

@@ -29,8 +29,8 @@ from great_expectations.render.renderer.renderer import renderer  # noqa: E402
 from pyspark.sql import Column, DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
+from lakehouse.catalog import MEASURE_COLUMNS
 from lakehouse.settings import Settings, utc  # noqa: E402
-from spark_jobs.tables import MEASURE_COLUMNS  # noqa: E402
 
 KEY = ("window_start", "key")
 MAX_EVIDENCE_ROWS = 20

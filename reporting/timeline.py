@@ -15,10 +15,10 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lakehouse import storage
+from lakehouse.catalog import BRONZE, INGEST_QUERY, LATE, PROGRESS
 from lakehouse.settings import Settings
 from reporting.timeline_plot import Histogram, Series, TimelineData, choose_bucket, render, summary
-from spark_jobs.checkpoint import INGEST_QUERY
-from spark_jobs.tables import BRONZE, LATE, PROGRESS, read_table
+from spark_jobs.tables import read_table
 
 DEFAULT_DELAYS = tuple(timedelta(seconds=s) for s in (0, 5, 10, 30, 60, 120, 300, 900, 3600))
 US = 1_000_000

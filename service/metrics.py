@@ -41,12 +41,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from lakehouse import storage
+from lakehouse.catalog import INGEST_QUERY
+from lakehouse.commit_tags import stream_watermark
 from lakehouse.delta_log import LogFollower, data_file_uri
 from lakehouse.kafka_admin import PartitionOffsets, consumer_lag, topic_offsets
 from lakehouse.progress_reports import BatchReport
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
-from spark_jobs.checkpoint import INGEST_QUERY
 from transforms.parse import REASONS
 
 QUERIES = (INGEST_QUERY,)
@@ -183,7 +184,7 @@ class StreamMetrics:
             offsets = ckpt.batch_offsets(spark, path, last) if last is not None else None
             end = ((offsets.sources[0] or {}).get(self.settings.events_topic)
                    if offsets and offsets.sources else None)
-            watermark = ckpt.stream_watermark(self.settings)
+            watermark = stream_watermark(self.settings)
             times = {q: ckpt.last_commit_time(spark, self.settings.checkpoint_path(q)) for q in QUERIES}
         except Exception as exc:  # noqa: BLE001 - metrics must never stop the service
             print(f"metrics: could not read the checkpoints: {exc}", file=sys.stderr, flush=True)
@@ -240,7 +241,7 @@ class StreamMetrics:
 
         def watermark() -> None:
             # Stamped on bronze's newest stream commit by the batch that moved it.
-            wm = ckpt.stream_watermark(self.settings)
+            wm = stream_watermark(self.settings)
             if wm is not None and wm.timestamp() >= NO_WATERMARK_BEFORE_S:
                 with self._lock:
                     self._watermark_s = max(self._watermark_s or 0.0, wm.timestamp())

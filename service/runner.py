@@ -25,12 +25,12 @@ from contextlib import ExitStack
 
 from confluent_kafka import KafkaException
 
+from lakehouse.catalog import INGEST_QUERY
 from lakehouse.kafka_admin import PartitionOffsets, ensure_topic, topic_offsets
 from lakehouse.locks import CheckpointBusy, Fence, WriterLockLost, checkpoint_lock
 from lakehouse.progress_reports import BatchReport, as_dict
 from lakehouse.settings import Settings, spark_interval
 from service.metrics import serving
-from spark_jobs.checkpoint import INGEST_QUERY
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import RecentIds
 from spark_jobs.session import get_spark

@@ -10,16 +10,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
-
-from lakehouse.settings import Settings
-from spark_jobs.tables import newest_stream_commit
-
-# The one streaming query (Kafka -> bronze, quarantine, late lane, aggregates); its checkpoint
-# is $LAKEHOUSE_ROOT/_checkpoints/ingest.
-INGEST_QUERY = "ingest"
 
 
 def read_text(spark: SparkSession, path: str) -> str | None:
@@ -107,12 +99,3 @@ def last_commit_time(spark: SparkSession, checkpoint: str) -> float | None:
     hpath = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/commits/{last}")
     fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     return fs.getFileStatus(hpath).getModificationTime() / 1000
-
-
-def stream_watermark(settings: Settings) -> datetime | None:
-    """The stream's watermark: the one its newest batch left (stamped on bronze's newest stream
-    commit; None before the first batch with an event)."""
-    commit = newest_stream_commit(settings)
-    if commit is None or commit.next_watermark_ms <= 0:
-        return None
-    return datetime.fromtimestamp(commit.next_watermark_ms / 1000, tz=UTC)

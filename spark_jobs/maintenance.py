@@ -39,23 +39,14 @@ from datetime import UTC, date, datetime, timedelta
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from lakehouse.catalog import ALL_TABLES, BRONZE, INGEST_QUERY, LATE, PROGRESS, QUARANTINE, SKIPPED, STREAMING, Table
+from lakehouse.commit_tags import stream_watermark
 from lakehouse.delta_log import open_table
 from lakehouse.locks import CheckpointBusy, checkpoint_lock, date_lock
 from lakehouse.settings import Settings
 from lakehouse.storage import local_path
 from lakehouse.table_stats import add_actions
-from spark_jobs.checkpoint import INGEST_QUERY, stream_watermark
-from spark_jobs.tables import (
-    ALL_TABLES,
-    BRONZE,
-    LATE,
-    PROGRESS,
-    QUARANTINE,
-    SKIPPED,
-    STREAMING,
-    Table,
-    tagged_commits,
-)
+from spark_jobs.tables import tagged_commits
 
 # A partition is compacted once it holds this many files (bounded, not one per micro-batch).
 MIN_FILES = 10

@@ -20,107 +20,23 @@ partial replay.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
 from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.catalog import BRONZE, REPLAY, REPLAY_STATE
+from lakehouse.commit_tags import LogPosition, bronze_position
 from lakehouse.kafka_admin import PartitionOffsets, offsets_for_time, topic_offsets
 from lakehouse.locks import date_lock
+from lakehouse.log_ranges import ReplayIncomplete, ReplayResult, offset_ranges
 from lakehouse.settings import Settings, day_bounds
 from lakehouse.state_rows import latest_row
 from lakehouse.topic_checks import require_log_append_time
-from spark_jobs.tables import (
-    BRONZE,
-    REPLAY,
-    REPLAY_STATE,
-    LogPosition,
-    bronze_position,
-    ensure_tables,
-    read_table,
-    table_version,
-)
+from spark_jobs.tables import ensure_tables, read_table, table_version
 from transforms.counting import events_for_date
 from transforms.parse import VALID_COLUMNS, classify
 from transforms.windows import aggregate_windows
-
-
-class ReplayIncomplete(RuntimeError):
-    """The retained log may no longer hold every record of the date: the date cannot be proven.
-
-    `missing`: partition -> (first offset that may be missing, log start offset), with `why` per
-    partition: records the pipeline ingested were deleted by retention, or retention cut the log
-    after the date's first possible append time (a fresh instance on a cut topic sees the same
-    truncated log on both sides, which proves nothing), or the stream never read the partition.
-    """
-
-    def __init__(self, d: date, missing: dict[int, tuple[int, int]],
-                 why: dict[int, str] | None = None, since: datetime | None = None):
-        self.event_date = d
-        self.missing = missing
-        self.why = why or {p: "deleted by retention after ingestion" for p in missing}
-        self.since = since
-        ranges = ", ".join(f"partition {p}: offsets {lo}..{hi - 1} ({self.why[p]})"
-                           for p, (lo, hi) in sorted(missing.items()))
-        span = f" records appended since {since.isoformat()} may be missing;" if since else ""
-        super().__init__(
-            f"replay of {d} is incomplete:{span} {ranges}; the date cannot be proven against "
-            "the log"
-        )
-
-    def as_metadata(self) -> dict:
-        return {
-            "event_date": self.event_date.isoformat(),
-            "missing_offsets": {str(p): {"first_missing": lo, "log_start": hi, "why": self.why[p]}
-                                for p, (lo, hi) in sorted(self.missing.items())},
-            "missing_since": self.since.isoformat() if self.since else None,
-        }
-
-
-@dataclass
-class ReplayResult:
-    event_date: date
-    ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
-    records_read: int = 0
-    events: int = 0
-    quarantined: int = 0
-    windows: int = 0
-    read_until: datetime | None = None
-    bronze_version: int | None = None  # the bronze version whose log position capped the read
-
-    def as_metadata(self) -> dict:
-        return {
-            "event_date": self.event_date.isoformat(),
-            "offset_ranges": {str(p): f"[{lo}, {hi})" for p, (lo, hi) in self.ranges.items()},
-            "records_read": self.records_read,
-            "events": self.events,
-            "quarantined_in_range": self.quarantined,
-            "windows": self.windows,
-            "read_until": self.read_until.isoformat() if self.read_until else None,
-            "as_of_bronze_version": self.bronze_version,
-        }
-
-
-def offset_ranges(settings: Settings, d: date, position: LogPosition | None = None,
-                  offsets: list[PartitionOffsets] | None = None
-                  ) -> tuple[dict[int, tuple[int, int]], datetime]:
-    """[lo, hi) per partition holding the records of `d`, capped at `position` if given.
-    `offsets`: the topic's offsets if just read."""
-    start, _ = day_bounds(d)
-    now = datetime.now(UTC)
-    until = min(settings.applicable_cutoff(d), now)
-    offsets = offsets if offsets is not None else topic_offsets(settings)
-    lo = offsets_for_time(settings, int((start - settings.future_skew).timestamp() * 1000),
-                          known=offsets)
-    if until >= now:
-        hi = {p.partition: p.latest for p in offsets}
-    else:
-        # First offset appended after `until` (exclusive end).
-        hi = offsets_for_time(settings, int(until.timestamp() * 1000) + 1, known=offsets)
-    if position is not None:  # partitions the stream had not seen yet: nothing read
-        hi = {p: max(lo[p], min(h, position.end_offsets.get(p, lo[p]))) for p, h in hi.items()}
-    return {p: (lo[p], hi[p]) for p in sorted(hi)}, until
 
 
 def missing_offsets(spark: SparkSession, settings: Settings, d: date,
@@ -188,7 +104,7 @@ def _replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None,
     require_log_append_time(settings)  # offsets-for-times ranges need broker append times
     offsets = topic_offsets(settings)  # one broker round trip for the check and the ranges
     version = as_of if as_of is not None else table_version(settings, BRONZE)
-    position = bronze_position(spark, settings, version)
+    position = bronze_position(settings, version)
     if incomplete := missing_offsets(spark, settings, d, offsets, position):
         raise incomplete
     ranges, until = offset_ranges(settings, d, position, offsets)

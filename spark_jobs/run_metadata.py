@@ -12,11 +12,12 @@ from datetime import UTC, datetime
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.catalog import BRONZE, INGEST_QUERY, LATE, QUARANTINE, STREAMING
+from lakehouse.commit_tags import stream_watermark
 from lakehouse.settings import Settings, from_micros
 from lakehouse.table_stats import largest_file_max_at_most, log_stats
 from spark_jobs import checkpoint as ckpt
-from spark_jobs.checkpoint import INGEST_QUERY, stream_watermark
-from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING, read_table
+from spark_jobs.tables import read_table
 
 
 def _in_run(column: str, batch_ids: list[int]) -> Column:

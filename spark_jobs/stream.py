@@ -44,30 +44,19 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from lakehouse import delta_log
+from lakehouse.catalog import BRONZE, INGEST_QUERY, LATE, QUARANTINE, SKIPPED, STREAMING
+from lakehouse.commit_tags import StreamCommit, batch_of, batch_tag, newest_stream_commit
 from lakehouse.kafka_admin import topic_id, topic_offsets
 from lakehouse.locks import Fence, checkpoint_lock
 from lakehouse.progress_reports import as_dict
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
-from spark_jobs.checkpoint import INGEST_QUERY
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import CHUNK_COLUMNS, RecentIds, free_checkpointed
-from spark_jobs.tables import (
-    BRONZE,
-    LATE,
-    QUARANTINE,
-    SKIPPED,
-    STREAMING,
-    StreamCommit,
-    batch_of,
-    batch_tag,
-    ensure_tables,
-    newest_stream_commit,
-    read_changes,
-)
-from transforms.counting import ARRIVAL_ORDER
+from spark_jobs.tables import ensure_tables, read_changes
+from transforms.ingest import counted_events, late_projection, next_watermark_ms, with_status
 from transforms.parse import VALID_COLUMNS, classify, quarantine_projection
-from transforms.windows import aggregate_windows, window_of
+from transforms.windows import aggregate_windows
 
 WINDOW_KEYS = ("event_date", "window_start", "key")
 COMMIT_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
@@ -257,46 +246,12 @@ def kafka_source(spark: SparkSession, settings: Settings, start: str = "earliest
 # ---------------------------------------------------------------------------------------------
 # Pure parts of a batch
 # ---------------------------------------------------------------------------------------------
-def next_watermark_ms(watermark_ms: int, newest_event_ms: int | None, settings: Settings) -> int:
-    """The watermark after a batch: never moves back; max event time seen minus the delay."""
-    if newest_event_ms is None:
-        return watermark_ms
-    return max(watermark_ms, newest_event_ms - int(settings.watermark_delay.total_seconds() * 1000))
 
 
-def late_projection(valid: DataFrame, settings: Settings, watermark_ms: int,
-                    batch_id: int) -> DataFrame:
-    """`late_events` rows of valid events at or below the watermark (the caller filters)."""
-    wm = F.timestamp_millis(F.lit(watermark_ms))
-    w = window_of(settings)
-    return valid.select(
-        "event_id", "key", "event_time", "value", "event_date",
-        w.start.alias("window_start"), w.end.alias("window_end"),
-        (F.lit(watermark_ms) - F.unix_millis("event_time")).alias("lateness_ms"),
-        F.lit(batch_id).cast("long").alias("batch_id"),
-        wm.alias("batch_watermark"),
-        "topic", "partition", "offset", "kafka_timestamp",
-        F.current_timestamp().alias("recorded_at"),
-    )
 
 
-def first_copies(events: DataFrame) -> DataFrame:
-    """One row per (event_date, event_id): the first copy by broker time, then log position
-    (the order corrections and the replay use), with a hash aggregate instead of a sort."""
-    first = F.min(F.struct(*ARRIVAL_ORDER, "key", "event_time", "value")).alias("f")
-    return events.groupBy("event_date", "event_id").agg(first).select(
-        "event_date", "event_id", "f.key", "f.event_time", "f.value")
 
 
-def counted_events(on_time: DataFrame, earlier: DataFrame | None) -> DataFrame:
-    """The on-time events that count: the first copy of each event_id in the batch, unless an
-    earlier batch already ingested a copy still above the watermark (`earlier`: event_date,
-    event_id). A copy at or below the watermark cannot have a counted twin: its twin is late too
-    (a re-sent event keeps its event time)."""
-    firsts = first_copies(on_time)
-    if earlier is None:
-        return firsts
-    return firsts.join(earlier, ["event_date", "event_id"], "left_anti")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,16 +288,6 @@ def _dates_between(first: date | None, last: date | None) -> list[date]:
     return [date.fromordinal(o) for o in range(first.toordinal(), last.toordinal() + 1)]
 
 
-def with_status(deltas: DataFrame, commit: StreamCommit, batch_id: int) -> DataFrame:
-    """New `streaming_aggregates` rows from window deltas: final when the next watermark has
-    passed their end."""
-    next_ts = F.timestamp_millis(F.lit(commit.next_watermark_ms))
-    return deltas.select(
-        *deltas.columns,
-        F.when(F.col("window_end") <= next_ts, "final").otherwise("open").alias("status"),
-        next_ts.alias("watermark"), F.lit(batch_id).cast("long").alias("batch_id"),
-        F.current_timestamp().alias("updated_at"),
-        F.lit(commit.version).cast("long").alias("bronze_version"))
 
 
 def _date_list(dates: list[date]) -> str:

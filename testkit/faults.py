@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from urllib.parse import unquote
 
+from lakehouse.commit_tags import batch_of
 from lakehouse.delta_log import Commit, commit_versions, read_commit
-from spark_jobs.tables import batch_of
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,10 +10,10 @@ from decimal import Decimal
 from pathlib import Path
 
 from lakehouse import delta_log
+from lakehouse.commit_tags import StreamCommit
 from lakehouse.kafka_admin import ensure_topic
 from lakehouse.table_reads import read
 from spark_jobs import stream
-from spark_jobs.tables import StreamCommit
 from testkit.generator import GeneratorConfig, generate, produce
 
 TABLES = ("bronze_events", "quarantined_events", "late_events", "streaming_aggregates")

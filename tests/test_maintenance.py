@@ -12,11 +12,13 @@ import pytest
 from conftest import run_job
 from dagster import DagsterInstance
 
+from lakehouse.catalog import ALL_TABLES, BRONZE, STREAMING
+from lakehouse.commit_tags import PIPELINE_TAG
 from lakehouse.delta_log import commits, open_table
 from lakehouse.table_stats import add_actions
 from spark_jobs import stream
 from spark_jobs.maintenance import maintain_table, maintain_tables, parse_interval
-from spark_jobs.tables import ALL_TABLES, BRONZE, PIPELINE_TAG, STREAMING, read_table, table_version
+from spark_jobs.tables import read_table, table_version
 from testkit.generator import GeneratorConfig, generate, produce
 
 

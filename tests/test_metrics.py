@@ -127,7 +127,7 @@ def stream_commit(settings: Settings, watermark: datetime) -> None:
     """A bronze commit as the ingest query stamps it (delta-rs: no Spark)."""
     from deltalake import CommitProperties, write_deltalake
 
-    from spark_jobs.tables import StreamCommit
+    from lakehouse.commit_tags import StreamCommit
 
     commit = StreamCommit(0, {0: 1}, query="q", batch_id=0,
                           next_watermark_ms=int(watermark.timestamp() * 1000))

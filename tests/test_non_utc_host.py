@@ -10,10 +10,11 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import functions as F
 
+from lakehouse.catalog import BRONZE
 from lakehouse.settings import Settings
-from spark_jobs.corrections.recompute import recompute
 from spark_jobs.run_metadata import bronze_summary
-from spark_jobs.tables import BRONZE, ensure_tables, read_table
+from spark_jobs.tables import ensure_tables, read_table
+from transforms.recompute import recompute
 
 FALL_BACK = datetime(2026, 11, 1, 6, 0, tzinfo=UTC)  # 02:00 EDT -> 01:00 EST
 

@@ -1,11 +1,11 @@
 """`stream_progress` gets one row per batch: recording the same reports again (a retried call)
 writes nothing, a batch reported twice in one call keeps its last report."""
 
+from lakehouse.catalog import INGEST_QUERY, PROGRESS
 from lakehouse.kafka_admin import PartitionOffsets, consumer_lag
 from lakehouse.settings import Settings
-from spark_jobs.checkpoint import INGEST_QUERY
 from spark_jobs.progress import progress_row, record_progress
-from spark_jobs.tables import PROGRESS, ensure_tables, read_table
+from spark_jobs.tables import ensure_tables, read_table
 
 
 def report(batch: int, rows: int, query_id: str = "q-1") -> dict:

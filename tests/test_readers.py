@@ -60,7 +60,8 @@ def test_delta_rs_and_polars_read_what_spark_reads(scenario, spark, name):
 
 
 def test_change_feed_of_gold_shows_each_revision_the_changelog_records(scenario, spark):
-    from spark_jobs.tables import RECONCILED, table_version
+    from lakehouse.catalog import RECONCILED
+    from spark_jobs.tables import table_version
 
     settings = scenario[0]
     path = settings.table_path("reconciled_aggregates")

@@ -323,8 +323,9 @@ def test_the_check_fails_when_gold_and_replay_come_from_different_positions(publ
     """The proof compares gold and a replay of the same log prefix, or fails naming both."""
     from datetime import time
 
+    from lakehouse.catalog import BRONZE
     from spark_jobs.replay import run_replay
-    from spark_jobs.tables import BRONZE, table_version
+    from spark_jobs.tables import table_version
     from testkit.generator import GeneratorConfig, generate, produce
 
     settings, instance, d = published

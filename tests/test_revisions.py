@@ -6,9 +6,10 @@ that died before logging them are logged by the date's next run, from gold's cha
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
+from lakehouse.catalog import CORRECTIONS, RECONCILED
+from lakehouse.correction_result import CorrectionResult
 from spark_jobs.corrections.publish import publish
-from spark_jobs.corrections.result import CorrectionResult
-from spark_jobs.tables import CORRECTIONS, RECONCILED, ensure_tables, read_table
+from spark_jobs.tables import ensure_tables, read_table
 
 D = date(2026, 11, 20)
 START = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import types as T
 
+from lakehouse.catalog import BRONZE, LATE, QUARANTINE, STREAMING
 from lakehouse.settings import Settings
 from lakehouse.table_stats import LogStats, log_stats
 from spark_jobs.run_metadata import bronze_summary, recent_windows
-from spark_jobs.tables import BRONZE, LATE, QUARANTINE, STREAMING, ensure_tables, read_table
+from spark_jobs.tables import ensure_tables, read_table
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 OLD = NOW - timedelta(days=30)

@@ -16,10 +16,12 @@ from pyspark.sql import functions as F
 from assets.reconcile.daily import partition_dates
 from assets.resources import LakehouseResource, SparkResource
 from expectations.reconciliation import check_equal, data_docs_dir, fast_path_gap
+from lakehouse.catalog import LATE, RECONCILED, REPLAY, STREAMING
+from lakehouse.commit_tags import bronze_position
 from lakehouse.kafka_admin import topic_offsets
 from spark_jobs.corrections import latest_state
 from spark_jobs.replay import latest_replay, missing_offsets
-from spark_jobs.tables import LATE, RECONCILED, REPLAY, STREAMING, bronze_position, read_table
+from spark_jobs.tables import read_table
 
 
 def _for_date(session, settings, table, d):
@@ -49,7 +51,7 @@ def prove_dates(session, settings, dates) -> AssetCheckResult:
         replay = latest_replay(settings, d)
         gold_v = state.bronze_version if state is not None else None
         replay_v = replay.bronze_version if replay is not None else None
-        position = bronze_position(session, settings, replay_v) if replay_v is not None else None
+        position = bronze_position(settings, replay_v) if replay_v is not None else None
         positions[key] = {
             "reconciled_from_bronze_version": gold_v,
             "reconciled_by_run": state.run_id if state is not None else None,

@@ -9,9 +9,10 @@ import dagster as dg
 from assets.partitions import daily_event_dates
 from assets.reconcile.log_position import version_for
 from assets.resources import LakehouseResource, LogPositionResource, SparkResource
+from lakehouse.catalog import CORRECTIONS, RECONCILED, REPLAY
+from lakehouse.log_ranges import ReplayIncomplete
 from spark_jobs.corrections import run_corrections
-from spark_jobs.replay import ReplayIncomplete, replayed_in_run, run_replay
-from spark_jobs.tables import CORRECTIONS, RECONCILED, REPLAY
+from spark_jobs.replay import replayed_in_run, run_replay
 
 # Corrections and replays of the daily tables run one at a time (instance pool limit 1): two
 # runs correcting one date would race their MERGEs (a per-date lock also guards local roots).

@@ -8,9 +8,10 @@ from datetime import date
 from dagster import AssetExecutionContext
 
 from assets.resources import LogPositionResource, SparkResource
+from lakehouse.catalog import BRONZE
 from lakehouse.settings import Settings
 from spark_jobs.corrections import gold_bronze_version
-from spark_jobs.tables import BRONZE, ensure_tables, table_version
+from spark_jobs.tables import ensure_tables, table_version
 
 RUN_TAG = "lakehouse/bronze_version"
 

@@ -78,7 +78,7 @@ def _positions(settings, table: str) -> Counter:
 
 def _versions(settings) -> dict[str, int]:
     from lakehouse import delta_log
-    from spark_jobs.tables import ALL_TABLES
+    from lakehouse.catalog import ALL_TABLES
 
     return {t.name: delta_log.version(settings, t.name) for t in ALL_TABLES}
 
@@ -90,8 +90,8 @@ def _checkpoint_files(folder: Path) -> dict[str, int]:
 def run(ctx: Context, result: DrillResult) -> DrillResult:
     from dagster import DagsterInstance
 
+    from lakehouse.commit_tags import newest_stream_commit, stream_commits
     from spark_jobs import stream
-    from spark_jobs.tables import newest_stream_commit, stream_commits
     from testkit.generator import GeneratorConfig, generate
 
     folder = ctx.workdir / NAME

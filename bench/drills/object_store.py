@@ -141,7 +141,7 @@ def read_log(settings, table: str) -> tuple[list[int], list[Commit]]:
 
 def tag(c: Commit) -> tuple[str, int] | None:
     """The ingest batch (query id, batch id) a commit belongs to, if the ingest made it."""
-    from spark_jobs.tables import batch_of
+    from lakehouse.commit_tags import batch_of
 
     return batch_of(c.user_metadata)
 
@@ -243,9 +243,9 @@ def _remove_root(root: str) -> None:
 
 def _drill(ctx: Context, result: DrillResult, settings) -> None:
     from lakehouse import delta_log
+    from lakehouse.catalog import ALL_TABLES, BRONZE
     from lakehouse.kafka_admin import ensure_topic
     from spark_jobs.maintenance import STREAM_WRITTEN
-    from spark_jobs.tables import ALL_TABLES, BRONZE
     from testkit.generator import GeneratorConfig, generate
 
     folder = ctx.workdir / NAME

@@ -31,28 +31,19 @@ from datetime import date
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.catalog import BRONZE, LATE, RECONCILED, REPLAY
+from lakehouse.commit_tags import stream_watermark
+from lakehouse.correction_result import CorrectionResult
 from lakehouse.locks import date_lock
 from lakehouse.settings import Settings
-from spark_jobs.checkpoint import stream_watermark
 from spark_jobs.corrections.changelog import repair
 from spark_jobs.corrections.publish import publish
-from spark_jobs.corrections.recompute import recompute
-from spark_jobs.corrections.result import CorrectionResult
-from spark_jobs.corrections.scope import incremental_scope, time_ranges
+from spark_jobs.corrections.scope import incremental_scope
 from spark_jobs.corrections.state import gold_bronze_version, latest_state, plan, save_state
-from spark_jobs.tables import (
-    BRONZE,
-    LATE,
-    RECONCILED,
-    REPLAY,
-    ensure_tables,
-    read_table,
-    table_version,
-    tagged_commits,
-)
+from spark_jobs.tables import ensure_tables, read_table, table_version, tagged_commits
+from transforms.recompute import recompute
 
-__all__ = ["CorrectionResult", "gold_bronze_version", "latest_state", "run_corrections",
-           "time_ranges"]
+__all__ = ["CorrectionResult", "gold_bronze_version", "latest_state", "run_corrections"]
 
 
 # Delta's optimistic concurrency: another writer committed to the same files meanwhile.

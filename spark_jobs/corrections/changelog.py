@@ -19,17 +19,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import delta_log
+from lakehouse.catalog import CORRECTIONS, LATE, MEASURE_COLUMNS, RECONCILED
+from lakehouse.catalog import WINDOW_ID as KEY
+from lakehouse.commit_tags import PIPELINE_TAG
 from lakehouse.settings import Settings
-from spark_jobs.corrections.result import KEY
-from spark_jobs.tables import (
-    CORRECTIONS,
-    LATE,
-    MEASURE_COLUMNS,
-    PIPELINE_TAG,
-    RECONCILED,
-    read_changes,
-    read_table,
-)
+from spark_jobs.tables import read_changes, read_table
 
 
 def _tag_parts(meta: str) -> tuple[str, str] | None:

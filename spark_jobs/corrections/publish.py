@@ -12,11 +12,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import delta_log
+from lakehouse.catalog import CORRECTIONS, MEASURE_COLUMNS, RECONCILED
+from lakehouse.catalog import WINDOW_ID as KEY
+from lakehouse.commit_tags import stream_watermark
+from lakehouse.correction_result import CorrectionResult
 from lakehouse.settings import Settings
-from spark_jobs.checkpoint import stream_watermark
 from spark_jobs.corrections.changelog import log_published
-from spark_jobs.corrections.result import KEY, CorrectionResult
-from spark_jobs.tables import CORRECTIONS, MEASURE_COLUMNS, RECONCILED, read_table
+from spark_jobs.tables import read_table
 
 
 def _measures_equal(a: str, b: str) -> F.Column:

@@ -3,14 +3,16 @@ of bronze it reads for them."""
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
+from datetime import date
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.catalog import BRONZE, RECONCILED
+from lakehouse.catalog import WINDOW_ID as KEY
+from lakehouse.correction_result import CorrectionResult
 from lakehouse.settings import Settings
-from spark_jobs.corrections.result import KEY, CorrectionResult
-from spark_jobs.tables import BRONZE, RECONCILED, read_changes, read_table
+from spark_jobs.tables import read_changes, read_table
 from transforms.windows import with_window_bounds
 
 
@@ -58,21 +60,3 @@ def incremental_scope(spark: SparkSession, settings: Settings, d: date, bronze: 
         result.reason = (f"bronze change feed unavailable since version {state.bronze_version + 1}: "
                          f"{str(exc).splitlines()[0][:200]}")
         return None
-
-
-def time_ranges(starts: list[datetime], size: timedelta, max_ranges: int = 32
-                ) -> list[tuple[datetime, datetime]]:
-    """[lo, hi) event-time ranges covering windows starting at `starts` (sorted), adjacent ones
-    merged, at most `max_ranges` (the smallest gaps are closed first). They prune bronze files
-    by their event_time statistics: a few late windows early in the day plus the open windows
-    at its end read two small ranges, not the whole day."""
-    ranges: list[list[datetime]] = []
-    for start in starts:
-        if ranges and start <= ranges[-1][1]:
-            ranges[-1][1] = max(ranges[-1][1], start + size)
-        else:
-            ranges.append([start, start + size])
-    while len(ranges) > max_ranges:
-        i = min(range(len(ranges) - 1), key=lambda j: ranges[j + 1][0] - ranges[j][1])
-        ranges[i:i + 2] = [[ranges[i][0], ranges[i + 1][1]]]
-    return [(lo, hi) for lo, hi in ranges]

@@ -9,15 +9,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import delta_log
+from lakehouse.catalog import CORRECTIONS_STATE, RECONCILED
+from lakehouse.commit_tags import PIPELINE_TAG
 from lakehouse.settings import Settings
 from lakehouse.state_rows import latest_row
-from spark_jobs.tables import (
-    CORRECTIONS_STATE,
-    PIPELINE_TAG,
-    RECONCILED,
-    read_changes,
-    read_table,
-)
+from spark_jobs.tables import read_changes, read_table
 
 
 def latest_state(settings: Settings, d: date):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, datetime, timedelta
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from lakehouse.catalog import WINDOW_ID as KEY
 from lakehouse.settings import Settings, from_micros
-from spark_jobs.corrections.result import KEY
-from spark_jobs.corrections.scope import time_ranges
 from transforms.counting import events_for_date
 from transforms.windows import aggregate_windows, with_window_bounds
 
@@ -40,3 +39,21 @@ def recompute(bronze: DataFrame, settings: Settings, d: date, scope: DataFrame |
         .drop("window_start", "window_end")
     )
     return aggregate_windows(counted, settings)
+
+
+def time_ranges(starts: list[datetime], size: timedelta, max_ranges: int = 32
+                ) -> list[tuple[datetime, datetime]]:
+    """[lo, hi) event-time ranges covering windows starting at `starts` (sorted), adjacent ones
+    merged, at most `max_ranges` (the smallest gaps are closed first). They prune bronze files
+    by their event_time statistics: a few late windows early in the day plus the open windows
+    at its end read two small ranges, not the whole day."""
+    ranges: list[list[datetime]] = []
+    for start in starts:
+        if ranges and start <= ranges[-1][1]:
+            ranges[-1][1] = max(ranges[-1][1], start + size)
+        else:
+            ranges.append([start, start + size])
+    while len(ranges) > max_ranges:
+        i = min(range(len(ranges) - 1), key=lambda j: ranges[j + 1][0] - ranges[j][1])
+        ranges[i:i + 2] = [[ranges[i][0], ranges[i + 1][1]]]
+    return [(lo, hi) for lo, hi in ranges]

@@ -7,8 +7,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
-KEY = ("window_start", "key")
-
 
 @dataclass
 class CorrectionResult:

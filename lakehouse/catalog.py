@@ -1,0 +1,137 @@
+"""The catalog: every Delta table's name, columns (DDL) and layout, and the stream's query
+names. Pure data: the Spark jobs create and read the tables from it (`spark_jobs.tables`), the
+Delta-log readers and the reports name them from it. Every table lives at
+`$LAKEHOUSE_ROOT/<name>`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The ingest query's name: its checkpoint is `$LAKEHOUSE_ROOT/_checkpoints/<name>`.
+INGEST_QUERY = "ingest"
+
+MEASURES = """
+    event_count BIGINT NOT NULL,
+    value_sum DECIMAL(38,6) NOT NULL,
+    value_min DECIMAL(38,6) NOT NULL,
+    value_max DECIMAL(38,6) NOT NULL,
+    event_fingerprint DECIMAL(38,0) NOT NULL
+"""
+WINDOW_KEY = """
+    event_date DATE NOT NULL,
+    window_start TIMESTAMP NOT NULL,
+    window_end TIMESTAMP NOT NULL,
+    key STRING NOT NULL
+"""
+MEASURE_COLUMNS = ("event_count", "value_sum", "value_min", "value_max", "event_fingerprint")
+WINDOW_COLUMNS = ("event_date", "window_start", "window_end", "key")
+WINDOW_ID = ("window_start", "key")  # one row per window and key in every aggregate table
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    ddl: str
+    partition_by: str
+    change_data_feed: bool = False
+    # Deletion vectors: a MERGE marks the rows it replaces instead of rewriting their files, so
+    # its cost follows the rows it touches, not the files they sit in.
+    deletion_vectors: bool = False
+
+
+BRONZE = Table(
+    "bronze_events",
+    """event_id STRING NOT NULL, key STRING NOT NULL, event_time TIMESTAMP NOT NULL,
+    payload_event_time TIMESTAMP NOT NULL, value DECIMAL(38,6) NOT NULL, attributes STRING,
+    record_key STRING, topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL,
+    kafka_timestamp TIMESTAMP NOT NULL, event_date DATE NOT NULL,
+    ingested_at TIMESTAMP NOT NULL, bronze_batch_id BIGINT NOT NULL""",
+    "event_date",
+    # The late lane reads bronze by commit-version range (the aggregation batch's source range).
+    change_data_feed=True,
+)
+QUARANTINE = Table(
+    "quarantined_events",
+    """reason STRING NOT NULL, detail STRING, topic STRING NOT NULL, partition INT NOT NULL,
+    offset BIGINT NOT NULL, kafka_timestamp TIMESTAMP NOT NULL, value_bytes INT,
+    raw_key STRING, raw_value STRING, quarantine_date DATE NOT NULL,
+    ingested_at TIMESTAMP NOT NULL, bronze_batch_id BIGINT NOT NULL""",
+    "quarantine_date",
+)
+STREAMING = Table(
+    "streaming_aggregates",
+    # bronze_version: the bronze commit of the last batch added into the row (the additive
+    # MERGE's guard: a re-run batch adds nothing twice).
+    f"""{WINDOW_KEY}, {MEASURES}, status STRING NOT NULL, watermark TIMESTAMP,
+    batch_id BIGINT NOT NULL, updated_at TIMESTAMP NOT NULL, bronze_version BIGINT""",
+    "event_date",
+    deletion_vectors=True,
+)
+LATE = Table(
+    "late_events",
+    """event_id STRING NOT NULL, key STRING NOT NULL, event_time TIMESTAMP NOT NULL,
+    value DECIMAL(38,6) NOT NULL, event_date DATE NOT NULL, window_start TIMESTAMP NOT NULL,
+    window_end TIMESTAMP NOT NULL, lateness_ms BIGINT NOT NULL, batch_id BIGINT NOT NULL,
+    batch_watermark TIMESTAMP NOT NULL, topic STRING NOT NULL, partition INT NOT NULL,
+    offset BIGINT NOT NULL, kafka_timestamp TIMESTAMP NOT NULL, recorded_at TIMESTAMP NOT NULL""",
+    "event_date",
+)
+RECONCILED = Table(
+    "reconciled_aggregates",
+    f"""{WINDOW_KEY}, {MEASURES}, revision INT NOT NULL, status STRING NOT NULL,
+    updated_at TIMESTAMP NOT NULL""",
+    "event_date",
+    change_data_feed=True,
+)
+REPLAY = Table(
+    "replay_aggregates",
+    f"{WINDOW_KEY}, {MEASURES}, replayed_at TIMESTAMP NOT NULL",
+    "event_date",
+)
+CORRECTIONS = Table(
+    "late_corrections",
+    f"""{WINDOW_KEY}, revision INT NOT NULL, cause STRING NOT NULL,
+    before_event_count BIGINT, before_value_sum DECIMAL(38,6), before_value_min DECIMAL(38,6),
+    before_value_max DECIMAL(38,6), before_event_fingerprint DECIMAL(38,0),
+    after_event_count BIGINT, after_value_sum DECIMAL(38,6), after_value_min DECIMAL(38,6),
+    after_value_max DECIMAL(38,6), after_event_fingerprint DECIMAL(38,0),
+    corrected_at TIMESTAMP NOT NULL, run_id STRING""",
+    "event_date",
+)
+PROGRESS = Table(
+    "stream_progress",
+    """query STRING NOT NULL, batch_id BIGINT NOT NULL, batch_timestamp TIMESTAMP,
+    input_rows BIGINT, input_rows_per_second DOUBLE, processed_rows_per_second DOUBLE,
+    start_offsets STRING, end_offsets STRING, watermark TIMESTAMP,
+    rows_dropped_by_watermark BIGINT, state_rows BIGINT, state_memory_bytes BIGINT,
+    duration_ms STRING, trigger_ms BIGINT, kafka_end_offsets STRING, kafka_lag BIGINT,
+    progress_date DATE NOT NULL""",
+    "progress_date",
+)
+SKIPPED = Table(
+    "skipped_offsets",
+    # Offset ranges [from_offset, to_offset) the stream skipped because retention deleted them
+    # before it read them (ON_DATA_LOSS=skip_and_record): the broker times around the gap bound
+    # when they were produced; dates they may belong to are never reported as proven.
+    """topic STRING NOT NULL, partition INT NOT NULL, from_offset BIGINT NOT NULL,
+    to_offset BIGINT NOT NULL, records BIGINT NOT NULL, recorded_at TIMESTAMP NOT NULL,
+    recorded_date DATE NOT NULL, reason STRING NOT NULL""",
+    "recorded_date",
+)
+CORRECTIONS_STATE = Table(
+    "corrections_state",
+    # Per date: the bronze version the gold rows were last computed from, and the gold version
+    # before that run's own commits (a later commit without the pipeline's tag is foreign).
+    """event_date DATE NOT NULL, bronze_version BIGINT NOT NULL, reconciled_version BIGINT NOT NULL,
+    mode STRING NOT NULL, run_id STRING, updated_at TIMESTAMP NOT NULL""",
+    "event_date",
+)
+REPLAY_STATE = Table(
+    "replay_state",
+    # Per replay of a date: the bronze version whose log position (`bronze_position`) capped it.
+    """event_date DATE NOT NULL, bronze_version BIGINT, run_id STRING,
+    replayed_at TIMESTAMP NOT NULL""",
+    "event_date",
+)
+ALL_TABLES = (BRONZE, QUARANTINE, STREAMING, LATE, RECONCILED, REPLAY, CORRECTIONS, PROGRESS,
+              CORRECTIONS_STATE, REPLAY_STATE, SKIPPED)
