@@ -164,6 +164,10 @@ _TRANSIENT = {
     KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._TIMED_OUT,
     KafkaError._NOENT,  # list_offsets: "No leaders found" (asked only for existing topics)
+    # list_offsets right after a topic's creation: the broker's leader epoch is not the one
+    # the client's metadata has yet ("Leader epoch is newer than broker epoch").
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.FENCED_LEADER_EPOCH,
 }
 
 
