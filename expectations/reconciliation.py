@@ -36,7 +36,7 @@ KEY = ("window_start", "key")
 MAX_EVIDENCE_ROWS = 20
 # A failing validation is run again at this level for its Data Docs: the unexpected rows with
 # their window, not only pass/fail (BOOLEAN_ONLY, about half the Spark jobs, for the first run).
-DETAILED = {"result_format": "COMPLETE", "unexpected_index_column_names": list(KEY)}
+DETAILED = {"result_format": "COMPLETE", "unexpected_index_column_names": ["window", "key"]}
 
 
 def data_docs_dir(settings: Settings) -> Path:
@@ -50,12 +50,16 @@ def data_docs_dir(settings: Settings) -> Path:
 
 
 def comparison_frame(left: DataFrame, right: DataFrame, left_name: str, right_name: str):
-    """Full outer join on (window_start, key): each side's measures as `<side>_<measure>`
-    (null where the window is not on that side)."""
+    """Full outer join on (window_start, key): the window (also as UTC text, `window`), and
+    each side's measures as `<side>_<measure>` (null where the window is not on that side)."""
     l_, r_ = left.alias("l"), right.alias("r")
     joined = l_.join(r_, [F.col(f"l.{k}") == F.col(f"r.{k}") for k in KEY], "full_outer")
+    start = F.coalesce("l.window_start", "r.window_start")
     return joined.select(
-        F.coalesce("l.window_start", "r.window_start").alias("window_start"),
+        start.alias("window_start"),
+        # The window as UTC text (the session's time zone), for the Data Docs: a collected
+        # timestamp would be shown in the host's zone.
+        F.date_format(start, "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("window"),
         F.coalesce("l.key", "r.key").alias("key"),
         *[F.col(f"l.{m}").alias(f"{left_name}_{m}") for m in MEASURE_COLUMNS],
         *[F.col(f"r.{m}").alias(f"{right_name}_{m}") for m in MEASURE_COLUMNS],

@@ -142,7 +142,7 @@ def test_tampered_gold_row_fails_the_check_naming_the_window_and_corrections_rep
     assert page.startswith("file://") and "/reports/quality/" in page
     html = Path(page.removeprefix("file://")).read_text()
     assert "reconciled_value_sum" in html and target.key in html
-    assert utc(target.window_start).strftime("%Y-%m-%dT%H:%M:%S") in html
+    assert utc(target.window_start).strftime("%Y-%m-%dT%H:%M:%SZ") in html  # in UTC
     before = gold_version(spark, settings)
 
     result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
@@ -186,7 +186,7 @@ def test_tampered_bronze_record_fails_the_check_and_reprocessing_the_date_repair
         evidence = check.metadata["differing_windows"].value[d.isoformat()]
         assert len(evidence) == 1 and evidence[0]["key"] == victim.key
         assert evidence[0]["window_start"].startswith(
-            str(victim.event_time.replace(second=0, microsecond=0)))
+            str(utc(victim.event_time).replace(second=0, microsecond=0)))
 
         result, checks = run_job("reprocess_dates", instance, partition_key=d.isoformat())
         assert result.success and reconciliation_check(checks).passed
