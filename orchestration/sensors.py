@@ -91,15 +91,18 @@ def late_data_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResou
     after = int(cursor[1:]) if cursor.startswith("v") and cursor[1:].isdigit() else None
     dates, current = new_late_dates(settings, after, datetime.now(UTC))
     new_cursor = f"v{current}" if current is not None else cursor
+    skip = "no new late events"
     if older := sorted(d for d in dates if d < FIRST_PARTITION):
-        # Older than the partitions loaded with the definitions: the corrections schedule takes
-        # them once the code location is reloaded (its first partition is then bronze's first).
-        context.log.warning(f"late events for {[d.isoformat() for d in older]}, before the first "
-                            f"partition {FIRST_PARTITION}: reload the code location (or set "
-                            "PARTITIONS_START) to correct them")
+        # Older than the partitions loaded with the definitions: no run can be requested for
+        # them until the code location is reloaded (its first partition is then bronze's
+        # first). The cursor stays, so every tick says so, and the first after a reload asks.
+        skip = (f"late events for {[d.isoformat() for d in older]}, before the first partition "
+                f"{FIRST_PARTITION}: reload the code location (or set PARTITIONS_START)")
+        context.log.warning(skip)
         dates = {d: v for d, v in dates.items() if d >= FIRST_PARTITION}
+        new_cursor = cursor
     if not dates:
-        return SensorResult(skip_reason=SkipReason("no new late events"), cursor=new_cursor)
+        return SensorResult(skip_reason=SkipReason(skip), cursor=new_cursor)
     return SensorResult(
         run_requests=[RunRequest(run_key=f"late-{d.isoformat()}-v{v}", partition_key=d.isoformat())
                       for d, v in sorted(dates.items())],

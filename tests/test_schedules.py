@@ -160,3 +160,33 @@ def test_a_correct_dates_run_is_followed_by_the_proof_of_its_dates():
             several.tags[ASSET_PARTITION_RANGE_END_TAG]) == ("2026-11-17", "2026-11-21")
     assert isinstance(evaluate({}), SkipReason)
     assert prove_corrected_dates.job_name == "verify_dates"
+
+
+def test_late_events_before_the_first_partition_are_named_until_a_reload(root, monkeypatch):
+    """Partitions start at the first event date read when the definitions loaded; late events
+    of an older date (still within the horizon) get no run until a reload: each tick says so
+    and keeps its cursor, so the first tick after the reload requests them."""
+    from orchestration import sensors
+
+    instance = DagsterInstance.ephemeral()
+    now = datetime.now(UTC).replace(microsecond=0)
+    today, three_days = now.date(), now.date() - timedelta(days=3)
+    write_late(root, [(three_days, now - timedelta(minutes=5)), (today, now - timedelta(minutes=4))])
+    monkeypatch.setattr(sensors, "FIRST_PARTITION", today)  # loaded before the old date's data
+    result = late_data_sensor(build_sensor_context(instance=instance, cursor="v-1",
+                                                   resources=resources(root)))
+    assert [r.partition_key for r in result.run_requests] == [today.isoformat()]
+    assert result.cursor == "v-1"  # not past the date that could not be requested
+    monkeypatch.setattr(sensors, "FIRST_PARTITION", three_days)  # the reload
+    after = late_data_sensor(build_sensor_context(instance=instance, cursor=result.cursor,
+                                                  resources=resources(root)))
+    assert {r.partition_key for r in after.run_requests} == {three_days.isoformat(),
+                                                             today.isoformat()}
+
+    monkeypatch.setattr(sensors, "FIRST_PARTITION", today)
+    write_late(root, [(three_days, now - timedelta(minutes=1))])
+    only_old = late_data_sensor(build_sensor_context(instance=instance, cursor="v0",
+                                                     resources=resources(root)))
+    assert not only_old.run_requests and only_old.cursor == "v0"
+    message = only_old.skip_reason.skip_message
+    assert three_days.isoformat() in message and "reload" in message
