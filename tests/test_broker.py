@@ -30,7 +30,7 @@ def test_up_is_idempotent_and_down_stops_it(tmp_path):
     finally:
         down = run("down", "--state-dir", state, "--port", str(port))
     assert down.returncode == 0 and "stopped" in down.stdout
-    assert not broker._port_open(port)
+    assert not broker.port_open(port)
     assert run("status", "--state-dir", state, "--port", str(port)).returncode == 3
     # Restart on the formatted storage works (format happens once).
     again = run("up", "--state-dir", state, "--port", str(port))

@@ -26,12 +26,14 @@ import argparse
 import base64
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from daemon import pid_alive, port_open  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 JARS = REPO / ".jars" / "kafka"
@@ -61,27 +63,6 @@ def _default_port() -> int:
         return int(bootstrap.rsplit(":", 1)[1])
     except (IndexError, ValueError):
         return 9092
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited child not yet reaped) is not a running broker.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def new_cluster_id() -> str:
@@ -131,7 +112,7 @@ class Broker:
             pid = int(self.pid_file.read_text().strip())
         except (OSError, ValueError):
             return None
-        return pid if _pid_alive(pid) else None
+        return pid if pid_alive(pid) else None
 
     def _java(self) -> str:
         java_home = os.environ.get("JAVA_HOME")
@@ -192,12 +173,12 @@ class Broker:
     def _spawn(self) -> None:
         """Check the ports, render the config, format once and start the process unless it
         runs; no waiting."""
-        if self.pid() is None and _port_open(self.port):
+        if self.pid() is None and port_open(self.port):
             raise BrokerError(
                 f"port {self.port} is taken by another process: stop it, or set "
                 f"KAFKA_BOOTSTRAP_SERVERS to another port (e.g. localhost:19092)"
             )
-        if _port_open(self.controller_port) and self.pid() is None:
+        if port_open(self.controller_port) and self.pid() is None:
             raise BrokerError(
                 f"controller port {self.controller_port} is taken: free it or pick another port"
             )
@@ -217,9 +198,9 @@ class Broker:
             return "Kafka not running"
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and _pid_alive(pid):
+        while time.monotonic() < deadline and pid_alive(pid):
             time.sleep(0.2)
-        if _pid_alive(pid):
+        if pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
         self.pid_file.unlink(missing_ok=True)
         return f"Kafka stopped (pid {pid})"

@@ -164,7 +164,7 @@ class SaslBroker(Broker):
         from confluent_kafka.admin import AdminClient
 
         if not self.users:
-            return _broker._port_open(self.port)
+            return _broker.port_open(self.port)
         name, password = next(iter(self.users.items()))
         client = AdminClient({**self.client_config(name, password), "log_level": 0})
         try:
@@ -176,8 +176,8 @@ class SaslBroker(Broker):
     def up(self, wait_s: float = 90.0) -> str:
         if self.pid() and self.answers():
             return f"SASL Kafka already running on {self.bootstrap} (pid {self.pid()})"
-        if self.pid() is None and (_broker._port_open(self.port)
-                                   or _broker._port_open(self.controller_port)):
+        if self.pid() is None and (_broker.port_open(self.port)
+                                   or _broker.port_open(self.controller_port)):
             raise BrokerError(f"port {self.port} or {self.controller_port} is taken")
         java, cp = self._java(), self._classpath()
         self.state_dir.mkdir(parents=True, exist_ok=True)
