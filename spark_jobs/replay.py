@@ -25,6 +25,7 @@ from datetime import UTC, date, datetime
 from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse import delta_log
 from lakehouse.catalog import BRONZE, REPLAY, REPLAY_STATE
 from lakehouse.commit_tags import LogPosition, bronze_position
 from lakehouse.kafka_admin import PartitionOffsets, offsets_for_time, topic_offsets
@@ -33,7 +34,7 @@ from lakehouse.log_ranges import ReplayIncomplete, ReplayResult, offset_ranges
 from lakehouse.settings import Settings, day_bounds
 from lakehouse.state_rows import latest_row
 from lakehouse.topic_checks import require_log_append_time
-from spark_jobs.tables import ensure_tables, read_table, table_version
+from spark_jobs.tables import ensure_tables, read_table
 from transforms.counting import events_for_date
 from transforms.parse import VALID_COLUMNS, classify
 from transforms.windows import aggregate_windows
@@ -103,7 +104,7 @@ def _replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None,
     ensure_tables(spark, settings)
     require_log_append_time(settings)  # offsets-for-times ranges need broker append times
     offsets = topic_offsets(settings)  # one broker round trip for the check and the ranges
-    version = as_of if as_of is not None else table_version(settings, BRONZE)
+    version = as_of if as_of is not None else delta_log.version(settings, BRONZE.name)
     position = bronze_position(settings, version)
     if incomplete := missing_offsets(spark, settings, d, offsets, position):
         raise incomplete

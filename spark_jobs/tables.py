@@ -41,10 +41,6 @@ def read_table(spark: SparkSession, settings: Settings, table: Table, version: i
     return reader.load(settings.table_path(table.name))
 
 
-def table_version(settings: Settings, table: Table) -> int:
-    """The table's newest version, from its Delta log (delta-rs: no Spark job)."""
-    return delta_log.version(settings, table.name)
-
 
 def read_changes(spark: SparkSession, settings: Settings, table: Table, first: int, last: int):
     """Delta Change Data Feed rows of commits `first`..`last` (inclusive)."""

@@ -57,10 +57,6 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
 
 
-def load_broker_module():
-    return broker_module()
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -71,7 +67,7 @@ def free_port() -> int:
 def kafka_bootstrap(tmp_path_factory) -> str:
     """The broker at KAFKA_BOOTSTRAP_SERVERS when it answers (make test starts one), else a
     broker of the suite's own on free ports, stopped at the end."""
-    broker = load_broker_module()
+    broker = broker_module()
     configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092")
     port = int(configured.split(",")[0].rsplit(":", 1)[1])
     if broker._answers(port):

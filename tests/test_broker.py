@@ -5,9 +5,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, free_port, load_broker_module
+from conftest import REPO, free_port
 
-broker = load_broker_module()
+from testkit.infra import broker_module
+
+broker = broker_module()
 
 
 def run(*args):

@@ -12,13 +12,14 @@ import pytest
 from conftest import run_job
 from dagster import DagsterInstance
 
+from lakehouse import delta_log
 from lakehouse.catalog import ALL_TABLES, BRONZE, STREAMING
 from lakehouse.commit_tags import PIPELINE_TAG
 from lakehouse.delta_log import commits, open_table
 from lakehouse.table_stats import add_actions
 from spark_jobs import stream
 from spark_jobs.maintenance import maintain_table, maintain_tables, parse_interval
-from spark_jobs.tables import read_table, table_version
+from spark_jobs.tables import read_table
 from testkit.generator import GeneratorConfig, generate, produce
 
 
@@ -47,7 +48,7 @@ def test_compaction_and_vacuum_keep_rows_versions_and_the_stream(instance_env, s
     first, second = sorted(files_per_date(settings, BRONZE))
     assert min(files_per_date(settings, BRONZE).values()) >= 3
     aggregates_before = files_per_date(settings, STREAMING)
-    rows, version = bronze_rows(spark, settings), table_version(settings, BRONZE)
+    rows, version = bronze_rows(spark, settings), delta_log.version(settings, BRONZE.name)
 
     # min_files=1: every partition is a candidate, so the rules alone decide what is touched.
     done = {m.table: m for m in maintain_tables(spark, settings, min_files=1)}

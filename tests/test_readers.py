@@ -60,13 +60,13 @@ def test_delta_rs_and_polars_read_what_spark_reads(scenario, spark, name):
 
 
 def test_change_feed_of_gold_shows_each_revision_the_changelog_records(scenario, spark):
+    from lakehouse import delta_log
     from lakehouse.catalog import RECONCILED
-    from spark_jobs.tables import table_version
 
     settings = scenario[0]
     path = settings.table_path("reconciled_aggregates")
     gold = DeltaTable(path)
-    assert gold.version() == table_version(settings, RECONCILED)
+    assert gold.version() == delta_log.version(settings, RECONCILED.name)
     feed = pa.table(gold.load_cdf(starting_version=0))
     columns = [c for c in feed.column_names if c != "_commit_timestamp"]  # ms vs us precision
     assert by_arrow(feed, columns) == by_spark(spark, path, columns, change_feed=True)

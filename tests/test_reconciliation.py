@@ -323,9 +323,9 @@ def test_the_check_fails_when_gold_and_replay_come_from_different_positions(publ
     """The proof compares gold and a replay of the same log prefix, or fails naming both."""
     from datetime import time
 
+    from lakehouse import delta_log
     from lakehouse.catalog import BRONZE
     from spark_jobs.replay import run_replay
-    from spark_jobs.tables import table_version
     from testkit.generator import GeneratorConfig, generate, produce
 
     settings, instance, d = published
@@ -335,7 +335,7 @@ def test_the_check_fails_when_gold_and_replay_come_from_different_positions(publ
         late_fraction=0)).records)
     result, _ = run_job("stream_catch_up", instance)
     assert result.success
-    newest = table_version(settings, BRONZE)
+    newest = delta_log.version(settings, BRONZE.name)
     run_replay(spark, settings, d, as_of=newest, run_id="by-hand")  # newer than gold's input
     check = prove_dates(spark, settings, [d])
     positions = check.metadata["log_positions"].value[d.isoformat()]

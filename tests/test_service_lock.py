@@ -72,24 +72,35 @@ def fake_service(monkeypatch):
     return settings, fence, query, recorded
 
 
-def test_a_service_that_loses_its_lock_stops_and_commits_nothing_more(fake_service, capsys):
-    settings, fence, query, recorded = fake_service
-    stop = threading.Event()
-    done: list[int] = []
+@contextmanager
+def running_service(settings):
+    """`service.serve` in a thread for the block, stopped (SIGTERM's event) at its end; yields
+    the list its exit status is appended to."""
+    stop, done = threading.Event(), []
     t = threading.Thread(target=lambda: done.append(service.serve(settings, stop)))
     t.start()
     try:
-        deadline = service.time.monotonic() + 10
-        while not recorded and service.time.monotonic() < deadline:
-            service.time.sleep(0.02)
-        assert recorded, "the bookkeeping never recorded while the lock was held"
-        fence.lost = True  # the session is gone (the server dropped it while we were paused)
-        before = len(recorded)
-        query.batch += 1  # a new batch's progress: due for a bookkeeping commit
-        t.join(10)
+        yield done
     finally:
         stop.set()
         t.join(10)
+
+
+def wait_for(predicate, what: str, timeout: float = 10.0) -> None:
+    deadline = service.time.monotonic() + timeout
+    while not predicate():
+        assert service.time.monotonic() < deadline, f"timed out waiting for {what}"
+        service.time.sleep(0.02)
+
+
+def test_a_service_that_loses_its_lock_stops_and_commits_nothing_more(fake_service, capsys):
+    settings, fence, query, recorded = fake_service
+    with running_service(settings) as done:
+        wait_for(lambda: recorded, "a bookkeeping commit while the lock was held")
+        fence.lost = True  # the session is gone (the server dropped it while we were paused)
+        before = len(recorded)
+        query.batch += 1  # a new batch's progress: due for a bookkeeping commit
+        wait_for(lambda: done, "the service to stop on its own")
     assert len(recorded) == before, "a progress row was committed after the lock was lost"
     assert done == [3]  # service.LOCK_LOST
     assert query.stopped
@@ -100,17 +111,11 @@ def test_a_service_that_loses_its_lock_stops_and_commits_nothing_more(fake_servi
 
 def test_a_service_says_when_it_held_the_lock(fake_service, capsys):
     settings, fence, query, recorded = fake_service
-    stop = threading.Event()
-    done: list[int] = []
-    t = threading.Thread(target=lambda: done.append(service.serve(settings, stop)))
-    t.start()
-    service.time.sleep(0.3)
-    stop.set()
-    t.join(10)
+    with running_service(settings) as done:
+        wait_for(lambda: recorded, "a bookkeeping commit")  # running, the lock held
     assert done == [0]
     lines = [line for line in capsys.readouterr().out.splitlines()
              if line.startswith("writer lock:")]
     assert [line.split()[2] for line in lines] == ["took", "releasing"], lines
     took, released = (int(line.split(" at ")[1].split()[0]) for line in lines)
     assert took <= released
-    assert recorded  # the last bookkeeping happened before the release line

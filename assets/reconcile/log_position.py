@@ -8,10 +8,11 @@ from datetime import date
 from dagster import AssetExecutionContext
 
 from assets.resources import LogPositionResource, SparkResource
+from lakehouse import delta_log
 from lakehouse.catalog import BRONZE
 from lakehouse.settings import Settings
 from spark_jobs.corrections import gold_bronze_version
-from spark_jobs.tables import ensure_tables, table_version
+from spark_jobs.tables import ensure_tables
 
 RUN_TAG = "lakehouse/bronze_version"
 
@@ -24,7 +25,7 @@ def pinned_version(context: AssetExecutionContext, spark: SparkResource, setting
     if tagged is not None:
         return int(tagged)
     ensure_tables(spark.session, settings)
-    version = table_version(settings, BRONZE)
+    version = delta_log.version(settings, BRONZE.name)
     context.instance.add_run_tags(context.run_id, {RUN_TAG: str(version)})
     return version
 

@@ -281,6 +281,19 @@ def _drill(ctx: Context, result: DrillResult, settings) -> None:
     def log(proc: subprocess.Popen) -> str:
         return faults.output(proc, 10_000_000)
 
+    def stop_when_landed(proc: subprocess.Popen, who: str) -> None:
+        """Wait until every acknowledged offset landed and no batch is in flight, then SIGTERM
+        the service; a stop that is not clean is a problem."""
+        wait_until(lambda: check_landing(settings, acked).lost == 0, 900,
+                   f"every acknowledged offset landed ({who})", poll=3, proc=proc)
+        wait_until(lambda: s3_in_flight(settings) is None, 300, "the last batch committed",
+                   poll=1, proc=proc)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(300)
+        if proc.returncode != 0 or "stopped cleanly" not in log(proc):
+            problems.append(f"{who} did not stop cleanly: exit {proc.returncode}: "
+                            f"{log(proc)[-1500:]}")
+
     ensure_topic(settings)
     feeder = Feeder(settings, feed, rate=len(feed) / FEED_S).begin()
     maint = None
@@ -366,15 +379,7 @@ def _drill(ctx: Context, result: DrillResult, settings) -> None:
         say(NAME, f"records produced before/during/after the pause: {phases}")
         if min(phases.values()) <= 0:
             problems.append(f"records were not produced in every phase: {phases}")
-        wait_until(lambda: check_landing(settings, acked).lost == 0, 900,
-                   "every acknowledged offset landed", poll=3, proc=live)
-        wait_until(lambda: s3_in_flight(settings) is None, 300, "the last batch committed",
-                   poll=1, proc=live)
-        live.send_signal(signal.SIGTERM)
-        live.wait(300)
-        if live.returncode != 0 or "stopped cleanly" not in log(live):
-            problems.append(f"the live service did not stop cleanly: exit {live.returncode}: "
-                            f"{log(live)[-1500:]}")
+        stop_when_landed(live, "the live service")
         t_stopped = _ms()
 
         # ---- maintenance gets the lock once no service holds it ------------------------------
@@ -394,15 +399,7 @@ def _drill(ctx: Context, result: DrillResult, settings) -> None:
         produced += last
         acked |= set(p.acked.values())
         s3 = service("last")
-        wait_until(lambda: check_landing(settings, acked).lost == 0, 900,
-                   "the last service to the end of the topic", poll=3, proc=s3)
-        wait_until(lambda: s3_in_flight(settings) is None, 300, "its last batch committed",
-                   poll=1, proc=s3)
-        s3.send_signal(signal.SIGTERM)
-        s3.wait(300)
-        if s3.returncode != 0 or "stopped cleanly" not in log(s3):
-            problems.append(f"the last service did not stop cleanly: exit {s3.returncode}: "
-                            f"{log(s3)[-1500:]}")
+        stop_when_landed(s3, "the last service")
         t_end_services = _ms()
     finally:
         feeder.stop()

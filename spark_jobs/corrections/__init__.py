@@ -31,6 +31,7 @@ from datetime import date
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse import delta_log
 from lakehouse.catalog import BRONZE, LATE, RECONCILED, REPLAY
 from lakehouse.commit_tags import stream_watermark
 from lakehouse.correction_result import CorrectionResult
@@ -40,7 +41,7 @@ from spark_jobs.corrections.changelog import repair
 from spark_jobs.corrections.publish import publish
 from spark_jobs.corrections.scope import incremental_scope
 from spark_jobs.corrections.state import gold_bronze_version, latest_state, plan, save_state
-from spark_jobs.tables import ensure_tables, read_table, table_version, tagged_commits
+from spark_jobs.tables import ensure_tables, read_table, tagged_commits
 from transforms.recompute import recompute
 
 __all__ = ["CorrectionResult", "gold_bronze_version", "latest_state", "run_corrections"]
@@ -87,8 +88,8 @@ def _correct(spark: SparkSession, settings: Settings, d: date, run_id: str, repr
     result = CorrectionResult(d)
     with result.timed("plan"):
         ensure_tables(spark, settings)
-        bronze_version = table_version(settings, BRONZE) if as_of is None else as_of
-        gold_version = table_version(settings, RECONCILED)
+        bronze_version = delta_log.version(settings, BRONZE.name) if as_of is None else as_of
+        gold_version = delta_log.version(settings, RECONCILED.name)
         result.bronze_version = bronze_version
         bronze = read_table(spark, settings, BRONZE, bronze_version).where(
             F.col("event_date") == F.lit(d))
