@@ -6,9 +6,8 @@ import time
 import dagster as dg
 
 from assets.observe.topic import topic_metadata
-from assets.resources import LakehouseResource, SparkResource
+from assets.resources import KafkaResource, LakehouseResource, SparkResource
 from lakehouse.catalog import BRONZE, LATE, QUARANTINE, STREAMING
-from lakehouse.kafka_admin import ensure_topic
 from lakehouse.progress_reports import BatchReport
 from spark_jobs import stream
 from spark_jobs.run_metadata import bronze_summary, streaming_summary
@@ -18,11 +17,10 @@ STREAM_POOL = "lakehouse_stream"  # one catch-up per checkpoint at a time
 
 @dg.asset(key="raw_events", group_name="ingest", kinds={"kafka"},
        description="The Kafka topic of business events (LogAppendTime): offsets and lag.")
-def raw_events(lakehouse: LakehouseResource) -> dg.MaterializeResult:
+def raw_events(kafka: KafkaResource) -> dg.MaterializeResult:
     """Creates the topic when missing; the sensor `topic_observation_sensor` keeps observing it."""
-    settings = lakehouse.settings
-    created = ensure_topic(settings)
-    return dg.MaterializeResult(metadata={"created": created, **topic_metadata(settings)})
+    created = kafka.ensure_topic()
+    return dg.MaterializeResult(metadata={"created": created, **topic_metadata(kafka)})
 
 
 BATCH_SCHEMA = dg.TableSchema(columns=[

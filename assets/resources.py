@@ -1,4 +1,4 @@
-"""Dagster resources: the pipeline's settings, the Spark session and the run's log position.
+"""Dagster resources: the pipeline's settings, Kafka, the Spark session and the run's log position.
 
 `DEFAULT_LAKEHOUSE` is the one place definitions read settings from: the partitions, schedule
 crons and freshness thresholds are built from its settings when the code location loads, and
@@ -18,7 +18,9 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator
 from pyspark.sql import SparkSession
 
+from lakehouse.kafka_admin import ensure_topic
 from lakehouse.settings import Settings, SettingsError
+from lakehouse.topic_status import TopicStatus, topic_status
 
 # Credentials among the Kafka options: they belong to the environment's brokers.
 _CREDENTIALS = ("sasl.password", "sasl.jaas.config", "ssl.key.password",
@@ -26,16 +28,22 @@ _CREDENTIALS = ("sasl.password", "sasl.jaas.config", "ssl.key.password",
 
 
 class LakehouseResource(ConfigurableResource):
-    """The typed settings (env vars, DESIGN §7); fields here override them (tests, UI). An
-    override goes through the same validation as the environment, and a run config cannot send
-    the environment's Kafka credentials to another broker."""
+    """The typed settings (env vars, docs/design.md §7); fields here override them (tests, UI).
+    An override goes through the same validation as the environment, and a run config cannot
+    send the environment's Kafka credentials to another broker. Read once per resource object."""
 
     lakehouse_root: str | None = None
     events_topic: str | None = None
     kafka_bootstrap_servers: str | None = None
+    _settings: Settings | None = PrivateAttr(default=None)
 
     @property
     def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = self._resolve()
+        return self._settings
+
+    def _resolve(self) -> Settings:
         overrides = {"LAKEHOUSE_ROOT": self.lakehouse_root, "EVENTS_TOPIC": self.events_topic,
                      "KAFKA_BOOTSTRAP_SERVERS": self.kafka_bootstrap_servers}
         base = Settings.from_env()
@@ -48,6 +56,21 @@ class LakehouseResource(ConfigurableResource):
                 "are configured (KAFKA_SASL_*/KAFKA_SSL_*): they belong to "
                 "KAFKA_BOOTSTRAP_SERVERS' brokers; change the environment instead")
         return settings
+
+
+class KafkaResource(ConfigurableResource):
+    """The events topic on the settings' brokers (admin calls and offsets; the stream itself
+    reads through Spark's Kafka source with the same options)."""
+
+    lakehouse: LakehouseResource
+
+    def ensure_topic(self) -> bool:
+        """Create the topic when missing (partitions and replication from the settings)."""
+        return ensure_topic(self.lakehouse.settings)
+
+    def status(self) -> TopicStatus:
+        """Offsets, retention, the stream's lag and append rate (one lag formula)."""
+        return topic_status(self.lakehouse.settings)
 
 
 # What a run's `spark_config` may set: sizes and parallelism. Everything else (class paths, jars,

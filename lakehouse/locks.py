@@ -156,7 +156,7 @@ def _lock(settings, name: str, what: str, wait_s: float | None):
         with _file_lock(root, name, what, wait_s) as fence:
             yield fence
     else:
-        with _pg_lock(settings.lock_url, str(settings.root), name, what, wait_s) as fence:
+        with _pg_lock(settings.lock_dsn, str(settings.root), name, what, wait_s) as fence:
             yield fence
 
 

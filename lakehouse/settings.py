@@ -1,7 +1,10 @@
-"""The one typed configuration object, fed by environment variables (DESIGN §7).
+"""The one typed configuration object, fed by environment variables (docs/design.md §7).
 
-Everything else receives a `Settings`; nothing reads `os.environ` for pipeline settings.
-Bad values fail at load time with one message naming the variable and what it accepts.
+Everything else receives a `Settings`; nothing reads `os.environ` for pipeline settings. It is a
+pydantic-settings model: each field names its variable (its alias), bad values fail at load time
+with one message naming the variable and what it accepts, and values that may hold credentials
+(`LAKEHOUSE_LOCK_URL`, the `KAFKA_SASL_*`/`KAFKA_SSL_*` and `SPARK_CONF_*` pass-throughs) are
+`SecretStr`: masked in every repr, unwrapped only where a client is configured.
 """
 
 from __future__ import annotations
@@ -9,9 +12,28 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from contextvars import ContextVar
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources.utils import parse_env_vars
 
 from lakehouse import storage
 
@@ -22,6 +44,8 @@ _UNITS = {
     "hour": 3600, "h": 3600,
     "day": 86400, "d": 86400,
 }
+_NOT_A_DURATION = ("is not a duration: use '<integer> <unit>' with unit one of ms, seconds, "
+                   "minutes, hours, days (e.g. '30 seconds')")
 _DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
 
 # Kafka client options passed through to Spark's reader and to confluent-kafka, e.g.
@@ -44,10 +68,7 @@ def parse_duration(text: str, name: str = "duration") -> timedelta:
     word = m.group(2) if m else ""
     unit = _UNITS.get(word) or (_UNITS.get(word[:-1]) if word.endswith("s") else None)
     if not m or unit is None:
-        raise SettingsError(
-            f"{name}={text!r} is not a duration: use '<integer> <unit>' with unit one of "
-            "ms, seconds, minutes, hours, days (e.g. '30 seconds')"
-        )
+        raise SettingsError(f"{name}={text!r} {_NOT_A_DURATION}")
     return timedelta(seconds=int(m.group(1)) * unit)
 
 
@@ -83,176 +104,204 @@ def spark_interval(td: timedelta) -> str:
     return f"{ms // 1000} seconds" if ms % 1000 == 0 else f"{ms} milliseconds"
 
 
-@dataclass(frozen=True)
-class Settings:
-    kafka_bootstrap_servers: str = "localhost:9092"
-    events_topic: str = "events"
+class _Env(EnvSettingsSource):
+    """The environment a `from_env` call was given (a mapping), not necessarily `os.environ`."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]):
+        self._env = env
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(self._env, self.case_sensitive, self.env_ignore_empty,
+                              self.env_parse_none_str)
+
+
+class _PassThrough(PydanticBaseSettingsSource):
+    """`KAFKA_SECURITY_*`/`KAFKA_SASL_*`/`KAFKA_SSL_*`/`KAFKA_ISOLATION_LEVEL` and `SPARK_CONF_*`:
+    families of variables, one option each, handed on to the clients as they are."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]):
+        super().__init__(settings_cls)
+        self._env = env
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        kafka = {m.group(1).lower().replace("_", "."): v for k, v in self._env.items()
+                 if (m := _KAFKA_PASSTHROUGH.match(k)) and v.strip()}
+        spark = {spark_conf_key(k[len("SPARK_CONF_"):]): v for k, v in self._env.items()
+                 if k.startswith("SPARK_CONF_") and v.strip()}
+        return {"kafka_options": kafka, "spark_conf_extra": spark}
+
+
+_ENV: ContextVar[Mapping[str, str] | None] = ContextVar("settings_env", default=None)
+
+
+def _duration(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse_duration(value)
+    except SettingsError:
+        raise ValueError(_NOT_A_DURATION) from None
+
+
+def _positive(td: timedelta) -> timedelta:
+    if td <= timedelta(0):
+        raise ValueError("must be a positive duration")
+    return td
+
+
+def _cron(text: str) -> str:
+    if len(text.split()) != 5:
+        raise ValueError("must be a 5-field cron expression (UTC)")
+    return text
+
+
+def _servers(text: str) -> str:
+    if not all(re.match(r"^[\w.\-\[\]:]+:\d+$", s.strip()) for s in text.split(",")):
+        raise ValueError("must be host:port[,host:port...]")
+    return text
+
+
+def _topic(text: str) -> str:
+    if not re.match(r"^[A-Za-z0-9._-]{1,249}$", text):
+        raise ValueError("is not a valid Kafka topic name")
+    return text
+
+
+def _iso_date(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return date.fromisoformat(value)
+        except ValueError:
+            raise ValueError("must be YYYY-MM-DD") from None
+    return value
+
+
+IsoDate = Annotated[date, BeforeValidator(_iso_date)]
+Duration = Annotated[timedelta, BeforeValidator(_duration), AfterValidator(_positive)]
+Cron = Annotated[str, AfterValidator(_cron)]
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+def _env(name: str, default: Any = None, **kw: Any) -> Any:
+    """A field read from variable `name` (pydantic-settings matches the alias exactly)."""
+    return Field(default, validation_alias=AliasChoices(name), **kw)
+
+
+class Settings(BaseSettings):
+    """The pipeline's settings. Build with `Settings.from_env()`; derive a variant in code with
+    `settings.model_copy(update={...})` (tests) or, validated, `Settings.from_env({...})`."""
+
+    model_config = SettingsConfigDict(frozen=True, case_sensitive=True, env_ignore_empty=True,
+                                      str_strip_whitespace=True, extra="ignore",
+                                      populate_by_name=True)
+
+    kafka_bootstrap_servers: Annotated[str, AfterValidator(_servers)] = _env(
+        "KAFKA_BOOTSTRAP_SERVERS", "localhost:9092")
+    events_topic: Annotated[str, AfterValidator(_topic)] = _env("EVENTS_TOPIC", "events")
     # A local path or a URI (file://, s3a://bucket/prefix, abfss://, gs://): lakehouse.storage.
-    lakehouse_root: str = "./.lakehouse"
-    window_size: timedelta = timedelta(minutes=1)
-    watermark_delay: timedelta = timedelta(seconds=30)
-    correction_horizon: timedelta = timedelta(days=7)
-    timestamp_policy: str = "event_time"
-    spark_master: str = "local[*]"
-    future_skew: timedelta = timedelta(minutes=5)
-    max_event_bytes: int = 65536
-    shuffle_partitions: int = 4
-    max_offsets_per_trigger: int = 2_000_000
+    lakehouse_root: str = _env("LAKEHOUSE_ROOT", "./.lakehouse")
+    window_size: Duration = _env("WINDOW_SIZE", timedelta(minutes=1))
+    watermark_delay: Duration = _env("WATERMARK_DELAY", timedelta(seconds=30))
+    correction_horizon: Duration = _env("CORRECTION_HORIZON", timedelta(days=7))
+    timestamp_policy: Literal["event_time", "kafka_timestamp"] = _env(
+        "TIMESTAMP_POLICY", "event_time")
+    spark_master: str = _env("SPARK_MASTER", "local[*]")
+    future_skew: Duration = _env("FUTURE_SKEW", timedelta(minutes=5))
+    max_event_bytes: PositiveInt = _env("MAX_EVENT_BYTES", 65536)
+    # Sized for the machine (never Spark's 200). When SPARK_SHUFFLE_PARTITIONS is not given, a
+    # cluster session sizes them from its executors' cores (`shuffle_partitions_explicit`).
+    shuffle_partitions: PositiveInt = Field(
+        default_factory=lambda: max(2, 2 * (os.cpu_count() or 2)),
+        validation_alias=AliasChoices("SPARK_SHUFFLE_PARTITIONS"))
+    max_offsets_per_trigger: PositiveInt = _env("MAX_OFFSETS_PER_TRIGGER", 2_000_000)
     # Records retention deleted before the stream read them: "fail" (refuse to start, naming the
     # ranges) or "skip_and_record" (record the ranges in `skipped_offsets`, go on from the
     # earliest retained offset; the dates they may belong to are never proven).
-    on_data_loss: str = "fail"
-    topic_partitions: int = 4
-    topic_replication_factor: int = 0  # 0: 3 on a cluster of >= 3 brokers, else 1
-    stream_trigger_interval: timedelta = timedelta(seconds=10)
-    partitions_start_date: date = date(2025, 1, 1)  # LAKEHOUSE_START_DATE: no event before it
+    on_data_loss: Literal["fail", "skip_and_record"] = _env("ON_DATA_LOSS", "fail")
+    topic_partitions: PositiveInt = _env("TOPIC_PARTITIONS", 4)
+    # Unset (0): 3 on a cluster of >= 3 brokers, else 1.
+    topic_replication_factor: Annotated[int, Field(ge=0)] = _env("TOPIC_REPLICATION_FACTOR", 0)
+    stream_trigger_interval: Duration = _env("STREAM_TRIGGER_INTERVAL", timedelta(seconds=10))
+    # LAKEHOUSE_START_DATE: no event before it is accepted.
+    partitions_start_date: IsoDate = _env("LAKEHOUSE_START_DATE", date(2025, 1, 1))
     # PARTITIONS_START: the first daily partition; None: the instance's first event date
     # (`assets.partitions.first_partition`).
-    partitions_start: date | None = None
-    spark_ui: bool = False
-    # Set when SPARK_SHUFFLE_PARTITIONS is given; otherwise a cluster session sizes them from
-    # its executors' cores.
-    shuffle_partitions_explicit: bool = False
-    spark_driver_host: str = "127.0.0.1"
-    # Never in the repr: they may hold credentials (SASL password, JAAS line, keys).
-    spark_conf_extra: Mapping[str, str] = field(default_factory=dict, repr=False)
-    kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
-    # PostgreSQL URL of the writer locks on an object-store root (lakehouse.locks); may hold a
-    # password.
-    lock_url: str | None = field(default=None, repr=False)
+    partitions_start: IsoDate | None = _env("PARTITIONS_START")
+    spark_ui: bool = _env("SPARK_UI", False)
+    spark_driver_host: str = _env("SPARK_DRIVER_HOST", "127.0.0.1")
+    # Pass-through families (`_PassThrough`); secret: SASL password, JAAS line, keys.
+    spark_conf_extra: dict[str, SecretStr] = Field(default_factory=dict)
+    kafka_options: dict[str, SecretStr] = Field(default_factory=dict)
+    # PostgreSQL URL of the writer locks on an object-store root (lakehouse.locks).
+    lock_url: SecretStr | None = _env("LAKEHOUSE_LOCK_URL")
     # Operations (Dagster schedules and freshness checks; cron in UTC).
-    catch_up_cron: str = "*/5 * * * *"
-    corrections_cron: str = "15 * * * *"
-    verification_cron: str = "30 2 * * *"
-    timeline_cron: str = "45 * * * *"
-    maintenance_cron: str = "0 4 * * *"
-    stream_freshness: timedelta = timedelta(minutes=15)
-    reconciled_deadline_cron: str = "0 3 * * *"
+    catch_up_cron: Cron = _env("CATCH_UP_CRON", "*/5 * * * *")
+    corrections_cron: Cron = _env("CORRECTIONS_CRON", "15 * * * *")
+    verification_cron: Cron = _env("VERIFICATION_CRON", "30 2 * * *")
+    timeline_cron: Cron = _env("TIMELINE_CRON", "45 * * * *")
+    maintenance_cron: Cron = _env("MAINTENANCE_CRON", "0 4 * * *")
+    stream_freshness: Duration = _env("STREAM_FRESHNESS", timedelta(minutes=15))
+    reconciled_deadline_cron: Cron = _env("RECONCILED_DEADLINE_CRON", "0 3 * * *")
     # `make stream` serves Prometheus metrics on 127.0.0.1:<metrics_port>/metrics.
-    metrics_port: int = 9108
+    metrics_port: Annotated[int, Field(ge=1, le=65535)] = _env("METRICS_PORT", 9108)
     # `make demo`: Dagster's event stream and Spark's output on the console (DEMO_VERBOSE=1).
-    demo_verbose: bool = False
+    demo_verbose: bool = _env("DEMO_VERBOSE", False)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        ms = int(self.window_size.total_seconds() * 1000)
+        if ms <= 0 or (86400 * 1000) % ms:
+            raise ValueError(f"WINDOW_SIZE ({self.window_size}) must divide a day evenly "
+                             "(windows never straddle midnight, so every window has one "
+                             "event_date)")
+        if self.correction_horizon < self.watermark_delay:
+            raise ValueError(f"CORRECTION_HORIZON ({self.correction_horizon}) must be at least "
+                             f"WATERMARK_DELAY ({self.watermark_delay})")
+        if self.partitions_start is not None and self.partitions_start < self.partitions_start_date:
+            raise ValueError(f"PARTITIONS_START={self.partitions_start} is before "
+                             f"LAKEHOUSE_START_DATE={self.partitions_start_date}: no event "
+                             "before that date is accepted")
+        return self
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                   init_settings: PydanticBaseSettingsSource,
+                                   **_: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        env = _ENV.get()
+        env = os.environ if env is None else env
+        # No .env file and no secrets directory: the environment is the one source.
+        return init_settings, _Env(settings_cls, env), _PassThrough(settings_cls, env)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        d = cls()
-
-        def get(name: str, default: str) -> str:
-            value = env.get(name)
-            return default if value is None or value.strip() == "" else value.strip()
-
-        def positive_int(name: str, default: int) -> int:
-            raw = get(name, str(default))
-            if not raw.isdigit() or int(raw) <= 0:
-                raise SettingsError(f"{name}={raw!r} must be a positive integer")
-            return int(raw)
-
-        def port(name: str, default: int) -> int:
-            value = positive_int(name, default)
-            if value > 65535:
-                raise SettingsError(f"{name}='{value}' must be a TCP port (1-65535)")
-            return value
-
-        def cron(name: str, default: str) -> str:
-            raw = get(name, default)
-            if len(raw.split()) != 5:
-                raise SettingsError(f"{name}={raw!r} must be a 5-field cron expression (UTC)")
-            return raw
-
-        on_data_loss = get("ON_DATA_LOSS", d.on_data_loss)
-        if on_data_loss not in ("fail", "skip_and_record"):
-            raise SettingsError(
-                f"ON_DATA_LOSS={on_data_loss!r} must be 'fail' or 'skip_and_record'")
-        policy = get("TIMESTAMP_POLICY", d.timestamp_policy)
-        if policy not in ("event_time", "kafka_timestamp"):
-            raise SettingsError(
-                f"TIMESTAMP_POLICY={policy!r} must be 'event_time' or 'kafka_timestamp'"
-            )
-        window = parse_duration(get("WINDOW_SIZE", "1 minute"), "WINDOW_SIZE")
-        if window.total_seconds() <= 0 or (86400 * 1000) % int(window.total_seconds() * 1000):
-            raise SettingsError(
-                f"WINDOW_SIZE={get('WINDOW_SIZE', '')!r} must be positive and divide a day "
-                "evenly (windows never straddle midnight, so every window has one event_date)"
-            )
-        delay = parse_duration(get("WATERMARK_DELAY", "30 seconds"), "WATERMARK_DELAY")
-        horizon = parse_duration(get("CORRECTION_HORIZON", "7 days"), "CORRECTION_HORIZON")
-        if horizon < delay:
-            raise SettingsError(
-                f"CORRECTION_HORIZON ({horizon}) must be at least WATERMARK_DELAY ({delay})"
-            )
-        servers = get("KAFKA_BOOTSTRAP_SERVERS", d.kafka_bootstrap_servers)
-        if not all(re.match(r"^[\w.\-\[\]:]+:\d+$", s.strip()) for s in servers.split(",")):
-            raise SettingsError(
-                f"KAFKA_BOOTSTRAP_SERVERS={servers!r} must be host:port[,host:port...]"
-            )
-        topic = get("EVENTS_TOPIC", d.events_topic)
-        if not re.match(r"^[A-Za-z0-9._-]{1,249}$", topic):
-            raise SettingsError(f"EVENTS_TOPIC={topic!r} is not a valid Kafka topic name")
-        start = get("LAKEHOUSE_START_DATE", d.partitions_start_date.isoformat())
+        """The settings from `env` (default: `os.environ`); a bad value raises `SettingsError`
+        naming the variable, its value (never a secret's) and what it accepts."""
+        token = _ENV.set(dict(os.environ if env is None else env))
         try:
-            start_date = date.fromisoformat(start)
-        except ValueError as exc:
-            raise SettingsError(f"LAKEHOUSE_START_DATE={start!r} must be YYYY-MM-DD") from exc
-        first = get("PARTITIONS_START", "")
-        try:
-            partitions_start = date.fromisoformat(first) if first else None
-        except ValueError as exc:
-            raise SettingsError(f"PARTITIONS_START={first!r} must be YYYY-MM-DD (or unset: the "
-                                "first event date)") from exc
-        if partitions_start is not None and partitions_start < start_date:
-            raise SettingsError(f"PARTITIONS_START={first} is before LAKEHOUSE_START_DATE="
-                                f"{start_date}: no event before that date is accepted")
-        kafka_options = {
-            m.group(1).lower().replace("_", "."): value
-            for name, value in env.items()
-            if (m := _KAFKA_PASSTHROUGH.match(name))
-        }
-        return cls(
-            kafka_bootstrap_servers=servers,
-            events_topic=topic,
-            lakehouse_root=get("LAKEHOUSE_ROOT", d.lakehouse_root),
-            window_size=window,
-            watermark_delay=delay,
-            correction_horizon=horizon,
-            timestamp_policy=policy,
-            spark_master=get("SPARK_MASTER", d.spark_master),
-            future_skew=parse_duration(get("FUTURE_SKEW", "5 minutes"), "FUTURE_SKEW"),
-            max_event_bytes=positive_int("MAX_EVENT_BYTES", d.max_event_bytes),
-            shuffle_partitions=positive_int(
-                "SPARK_SHUFFLE_PARTITIONS", max(2, 2 * (os.cpu_count() or 2))
-            ),
-            topic_partitions=positive_int("TOPIC_PARTITIONS", d.topic_partitions),
-            topic_replication_factor=(positive_int("TOPIC_REPLICATION_FACTOR", 1)
-                                      if get("TOPIC_REPLICATION_FACTOR", "") else 0),
-            max_offsets_per_trigger=positive_int(
-                "MAX_OFFSETS_PER_TRIGGER", d.max_offsets_per_trigger
-            ),
-            on_data_loss=on_data_loss,
-            stream_trigger_interval=parse_duration(
-                get("STREAM_TRIGGER_INTERVAL", "10 seconds"), "STREAM_TRIGGER_INTERVAL"
-            ),
-            partitions_start_date=start_date,
-            partitions_start=partitions_start,
-            spark_ui=get("SPARK_UI", "false").lower() in ("1", "true", "yes"),
-            shuffle_partitions_explicit=bool(get("SPARK_SHUFFLE_PARTITIONS", "")),
-            spark_driver_host=get("SPARK_DRIVER_HOST", d.spark_driver_host),
-            spark_conf_extra={
-                spark_conf_key(name[len("SPARK_CONF_"):]): value
-                for name, value in env.items() if name.startswith("SPARK_CONF_")
-            },
-            kafka_options=kafka_options,
-            lock_url=get("LAKEHOUSE_LOCK_URL", "") or None,
-            catch_up_cron=cron("CATCH_UP_CRON", d.catch_up_cron),
-            corrections_cron=cron("CORRECTIONS_CRON", d.corrections_cron),
-            verification_cron=cron("VERIFICATION_CRON", d.verification_cron),
-            timeline_cron=cron("TIMELINE_CRON", d.timeline_cron),
-            maintenance_cron=cron("MAINTENANCE_CRON", d.maintenance_cron),
-            stream_freshness=parse_duration(get("STREAM_FRESHNESS", "15 minutes"), "STREAM_FRESHNESS"),
-            reconciled_deadline_cron=cron("RECONCILED_DEADLINE_CRON", d.reconciled_deadline_cron),
-            metrics_port=port("METRICS_PORT", d.metrics_port),
-            demo_verbose=get("DEMO_VERBOSE", "false").lower() in ("1", "true", "yes"),
-        )
+            return cls()
+        except ValidationError as exc:
+            raise SettingsError(_explain(exc)) from None
+        finally:
+            _ENV.reset(token)
+
+    @property
+    def shuffle_partitions_explicit(self) -> bool:
+        """SPARK_SHUFFLE_PARTITIONS was given (else a cluster session sizes them itself)."""
+        return "shuffle_partitions" in self.model_fields_set
+
+    @property
+    def spark_conf_overrides(self) -> dict[str, str]:
+        """SPARK_CONF_* as Spark keys and plain values (for the session builder only)."""
+        return {k: v.get_secret_value() for k, v in self.spark_conf_extra.items()}
+
+    @property
+    def lock_dsn(self) -> str | None:
+        """LAKEHOUSE_LOCK_URL in clear (for the lock's database connection only)."""
+        return None if self.lock_url is None else self.lock_url.get_secret_value()
 
     # ---- derived -------------------------------------------------------------------------
     def applicable_cutoff(self, d: date) -> datetime:
@@ -303,7 +352,8 @@ class Settings:
             "kafka.isolation.level": "read_committed",
         }
         opts.update(
-            {f"kafka.{k}": v for k, v in self.kafka_options.items() if k not in _RDKAFKA_ONLY}
+            {f"kafka.{k}": v.get_secret_value() for k, v in self.kafka_options.items()
+             if k not in _RDKAFKA_ONLY}
         )
         return opts
 
@@ -311,6 +361,26 @@ class Settings:
     def client_config(self) -> dict[str, str]:
         """Config for confluent-kafka producers, consumers and admin clients."""
         conf = {"bootstrap.servers": self.kafka_bootstrap_servers}
-        conf.update({k: v for k, v in self.kafka_options.items()
+        conf.update({k: v.get_secret_value() for k, v in self.kafka_options.items()
                      if k not in _JAVA_ONLY and k not in _SPARK_ONLY})
         return conf
+
+
+_SECRET_FIELDS = {"LAKEHOUSE_LOCK_URL", "kafka_options", "spark_conf_extra"}
+
+
+def _explain(exc: ValidationError) -> str:
+    """One line per bad variable: `NAME='value' <what it accepts>`."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        name = ".".join(str(p) for p in err["loc"])
+        cause = err.get("ctx", {}).get("error")
+        # Our validators' messages read on from the value; pydantic's own are sentences.
+        reason = str(cause) if isinstance(cause, Exception) else f": {err['msg'][:1].lower()}{err['msg'][1:]}"
+        if not name:
+            lines.append(reason)
+        elif name in _SECRET_FIELDS or name.startswith(tuple(_SECRET_FIELDS)):
+            lines.append(f"{name} {reason}")
+        else:
+            lines.append(f"{name}={err['input']!r} {reason}".replace(" :", ":"))
+    return "; ".join(lines)

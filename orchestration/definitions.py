@@ -11,7 +11,7 @@ from assets import ingest  # noqa: E402
 from assets.observe import timeline  # noqa: E402
 from assets.observe.freshness import freshness_checks  # noqa: E402
 from assets.reconcile import checks, daily  # noqa: E402
-from assets.resources import DEFAULT_LAKEHOUSE, LogPositionResource, SparkResource  # noqa: E402
+from assets.resources import DEFAULT_LAKEHOUSE, KafkaResource, LogPositionResource, SparkResource  # noqa: E402
 from orchestration.jobs import all_jobs  # noqa: E402
 from orchestration.schedules import all_schedules  # noqa: E402
 from orchestration.sensors import all_sensors  # noqa: E402
@@ -29,6 +29,7 @@ defs = Definitions(
     sensors=all_sensors,
     resources={
         "lakehouse": lakehouse,
+        "kafka": KafkaResource(lakehouse=lakehouse),
         "spark": SparkResource(lakehouse=lakehouse),
         "log_position": LogPositionResource(),
     },

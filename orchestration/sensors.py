@@ -40,7 +40,7 @@ from dagster._core.storage.tags import (
 from assets.observe.freshness import freshness_checks
 from assets.observe.topic import topic_metadata
 from assets.partitions import FIRST_PARTITION
-from assets.resources import LakehouseResource
+from assets.resources import KafkaResource, LakehouseResource
 from lakehouse.delta_log import open_table
 from lakehouse.settings import Settings
 from orchestration.jobs import correct_job, reconcile_job, verify_job
@@ -112,8 +112,8 @@ def late_data_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResou
 
 @sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING,
         description="Observe the topic: offsets, the stream's lag, append rate, retention.")
-def topic_observation_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
-    metadata = topic_metadata(lakehouse.settings)
+def topic_observation_sensor(context: SensorEvaluationContext, kafka: KafkaResource):
+    metadata = topic_metadata(kafka)
     return SensorResult(asset_events=[AssetObservation(asset_key="raw_events", metadata=metadata)])
 
 

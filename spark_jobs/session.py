@@ -31,7 +31,7 @@ def object_store_classpath(settings: Settings) -> dict[str, str]:
     if not any("hadoop-aws" in j for j in jars):
         raise RuntimeError(f"s3a jars missing in {S3_JARS}: run `make setup` first")
     keys = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
-    return {k: ":".join(filter(None, [settings.spark_conf_extra.get(k), *jars])) for k in keys}
+    return {k: ":".join(filter(None, [settings.spark_conf_overrides.get(k), *jars])) for k in keys}
 
 
 def spark_conf(settings: Settings) -> dict[str, str]:
@@ -78,10 +78,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # An s3a:// root: endpoint, path style, region (credentials: the AWS chain, from env).
         **storage.s3a_spark_conf(settings.root),
         # SPARK_CONF_<key> env vars: any other Spark setting (credentials, executor sizes).
-        **settings.spark_conf_extra,
+        **settings.spark_conf_overrides,
         **object_store_classpath(settings),
         # JVMs stay in UTC whatever extra options are passed.
-        **{k: f"{settings.spark_conf_extra.get(k, '')} -Duser.timezone=UTC".strip()
+        **{k: f"{settings.spark_conf_overrides.get(k, '')} -Duser.timezone=UTC".strip()
            for k in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")},
     }
 

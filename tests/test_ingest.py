@@ -114,12 +114,11 @@ def test_copies_in_later_batches_of_one_run_count_once(instance_env, spark):
     """Within one query run of the service's kind the dedup looks ids up in its in-memory index
     (not in bronze): every event is sent twice, its copies in different micro-batches, and each
     counts once."""
-    import dataclasses
     import json
 
     from confluent_kafka import Producer
 
-    settings = dataclasses.replace(instance_env, max_offsets_per_trigger=120)
+    settings = instance_env.model_copy(update={"max_offsets_per_trigger": 120})
     ensure_topic(settings)
     at = (datetime.now(UTC) - timedelta(minutes=2)).isoformat(timespec="milliseconds")
     producer = Producer(settings.client_config)

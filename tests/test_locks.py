@@ -9,7 +9,6 @@ import sys
 import textwrap
 import threading
 import time
-from dataclasses import replace
 from datetime import date
 
 import pytest
@@ -49,19 +48,18 @@ def lakehouse_sessions(url: str) -> int:
 
 
 def store(url: str | None) -> Settings:
-    return replace(Settings.from_env({}), lakehouse_root=f"{ROOT}-{time.monotonic_ns()}",
-                   lock_url=url)
+    return Settings.from_env({"LAKEHOUSE_ROOT": f"{ROOT}-{time.monotonic_ns()}",
+                              "LAKEHOUSE_LOCK_URL": url or ""})
 
 
 def holder_process(settings: Settings) -> subprocess.Popen:
     """Another process holding the stream's lock until killed; prints 'held' once it has it."""
     code = textwrap.dedent(f"""
         import sys, time
-        from dataclasses import replace
         from lakehouse.locks import checkpoint_lock
         from lakehouse.settings import Settings
-        s = replace(Settings.from_env({{}}), lakehouse_root={settings.root!r},
-                    lock_url={settings.lock_url!r})
+        s = Settings.from_env({{"LAKEHOUSE_ROOT": {settings.root!r},
+                               "LAKEHOUSE_LOCK_URL": {settings.lock_dsn or ""!r}}})
         with checkpoint_lock(s, "ingest"):
             print("held", flush=True)
             time.sleep(600)
@@ -72,7 +70,7 @@ def holder_process(settings: Settings) -> subprocess.Popen:
 
 
 def test_a_local_root_takes_one_runner(tmp_path):
-    settings = replace(Settings.from_env({}), lakehouse_root=str(tmp_path))
+    settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
     with checkpoint_lock(settings, "ingest") as fence:
         fence.check()
         with pytest.raises(CheckpointBusy, match="in use by pid"):

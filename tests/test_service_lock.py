@@ -4,8 +4,6 @@ stops the query and commits nothing more: no bookkeeping row either (exit 3)."""
 
 import threading
 from contextlib import contextmanager
-from dataclasses import replace
-from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -67,8 +65,8 @@ def fake_service(monkeypatch):
                             [r["batchId"] for r in reports]))
     monkeypatch.setattr(service, "_topic_ends", lambda settings: None)
     monkeypatch.setattr(service, "PROGRESS_EVERY_S", 0.0)  # record at every poll
-    settings = replace(Settings.from_env({}), lakehouse_root="s3a://bucket/lake",
-                       stream_trigger_interval=timedelta(milliseconds=50))
+    settings = Settings.from_env({"LAKEHOUSE_ROOT": "s3a://bucket/lake",
+                                  "STREAM_TRIGGER_INTERVAL": "50 ms"})
     return settings, fence, query, recorded
 
 

@@ -73,11 +73,17 @@ def test_durations(text, expected):
     ({"WINDOW_SIZE": "soon"}, "WINDOW_SIZE='soon' is not a duration"),
     ({"WINDOW_SIZE": "7 minutes"}, "divide a day"),
     ({"WATERMARK_DELAY": "-5 seconds"}, "WATERMARK_DELAY"),
-    ({"TIMESTAMP_POLICY": "wallclock"}, "must be 'event_time' or 'kafka_timestamp'"),
+    ({"TIMESTAMP_POLICY": "wallclock"}, "TIMESTAMP_POLICY='wallclock': input should be "
+                                        "'event_time' or 'kafka_timestamp'"),
     ({"KAFKA_BOOTSTRAP_SERVERS": "nohostport"}, "host:port"),
     ({"EVENTS_TOPIC": "bad topic!"}, "not a valid Kafka topic"),
     ({"CORRECTION_HORIZON": "10 seconds"}, "at least WATERMARK_DELAY"),
-    ({"MAX_EVENT_BYTES": "0"}, "positive integer"),
+    ({"MAX_EVENT_BYTES": "0"}, "MAX_EVENT_BYTES='0': input should be greater than 0"),
+    ({"TOPIC_PARTITIONS": "four"}, "TOPIC_PARTITIONS='four': input should be a valid integer"),
+    ({"METRICS_PORT": "70000"}, "METRICS_PORT='70000': input should be less than or equal to 65535"),
+    ({"SPARK_UI": "maybe"}, "SPARK_UI='maybe': input should be a valid boolean"),
+    ({"CATCH_UP_CRON": "every 5 minutes"}, "CATCH_UP_CRON='every 5 minutes' must be a 5-field cron"),
+    ({"PARTITIONS_START": "2024-12-31"}, "PARTITIONS_START=2024-12-31 is before LAKEHOUSE_START_DATE"),
     ({"LAKEHOUSE_START_DATE": "21/11/2026"}, "YYYY-MM-DD"),
 ])
 def test_bad_values_fail_with_a_clear_message(env, needle):
@@ -113,6 +119,26 @@ def test_secrets_stay_out_of_the_repr():
     assert secret not in repr(s) and secret not in str(s)
 
 
+def test_the_lock_url_is_a_secret_and_every_bad_variable_is_named():
+    s = Settings.from_env({"LAKEHOUSE_LOCK_URL": "postgresql://u:pw-123@db/locks"})
+    assert s.lock_dsn == "postgresql://u:pw-123@db/locks" and "pw-123" not in repr(s)
+    assert Settings.from_env({"LAKEHOUSE_LOCK_URL": ""}).lock_dsn is None
+    with pytest.raises(SettingsError) as bad:
+        Settings.from_env({"WINDOW_SIZE": "soon", "METRICS_PORT": "0", "EVENTS_TOPIC": "a b"})
+    assert all(name in str(bad.value) for name in ("WINDOW_SIZE", "METRICS_PORT", "EVENTS_TOPIC"))
+
+
+def test_the_resource_reads_the_environment_once(monkeypatch):
+    from assets.resources import LakehouseResource
+
+    monkeypatch.setenv("EVENTS_TOPIC", "first")
+    resource = LakehouseResource()
+    assert resource.settings.events_topic == "first"
+    monkeypatch.setenv("EVENTS_TOPIC", "second")
+    assert resource.settings is resource.settings and resource.settings.events_topic == "first"
+    assert LakehouseResource().settings.events_topic == "second"  # a new resource reads it again
+
+
 def test_the_stream_reads_committed_records_only():
     assert Settings.from_env({}).spark_kafka_options["kafka.isolation.level"] == "read_committed"
     s = Settings.from_env({"KAFKA_ISOLATION_LEVEL": "read_uncommitted"})
@@ -132,8 +158,8 @@ def test_spark_pass_through_and_driver_host():
     s = Settings.from_env({"SPARK_CONF_SPARK_EXECUTOR_MEMORY": "3g",
                            "SPARK_CONF_spark.executor.extraJavaOptions": "-Dx=1",
                            "SPARK_DRIVER_HOST": "10.1.2.3"})
-    assert s.spark_conf_extra == {"spark.executor.memory": "3g",
-                                  "spark.executor.extraJavaOptions": "-Dx=1"}
+    assert s.spark_conf_overrides == {"spark.executor.memory": "3g",
+                                      "spark.executor.extraJavaOptions": "-Dx=1"}
     conf = spark_conf(s)
     assert conf["spark.executor.memory"] == "3g"
     assert conf["spark.executor.extraJavaOptions"] == "-Dx=1 -Duser.timezone=UTC"

@@ -3,8 +3,7 @@ observation sensor."""
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-from lakehouse.settings import Settings
-from lakehouse.topic_status import topic_status
+from assets.resources import KafkaResource
 
 PARTITION_SCHEMA = TableSchema(columns=[
     TableColumn("partition", "int"),
@@ -15,10 +14,10 @@ PARTITION_SCHEMA = TableSchema(columns=[
 ])
 
 
-def topic_metadata(settings: Settings) -> dict:
-    status = topic_status(settings)
+def topic_metadata(kafka: KafkaResource) -> dict:
+    status = kafka.status()
     return {
-        "topic": settings.events_topic,
+        "topic": status.topic,
         "partitions": len(status.partitions),
         "retained_records": status.retained,
         "consumer_lag": status.lag,
