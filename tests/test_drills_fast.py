@@ -4,6 +4,7 @@ confluent-kafka; a `stream_catch_up` run with a wrong password fails fast with a
 authentication, makes a bounded number of attempts (none after it failed) and leaks the secret
 nowhere: not in the exception, the captured output, or the run's Dagster event log."""
 
+import os
 import secrets
 import time
 import uuid
@@ -62,6 +63,33 @@ def test_right_credentials_produce_and_consume(sasl, monkeypatch):
     assert sorted(got) == sorted(values)
 
 
+def sockets_to(port: int) -> list[str]:
+    """Inodes of this process's open TCP sockets to `port` (Linux /proc: fds -> net/tcp)."""
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if link.startswith("socket:["):
+            mine.add(link[8:-1])
+    found = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()  # sl local rem st ... inode (column 9)
+                if int(cols[2].rsplit(":", 1)[1], 16) == port and cols[9] in mine:
+                    found.append(cols[9])
+    return found
+
+
+def wait_until(predicate, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
 def test_wrong_credentials_fail_fast_naming_authentication_without_leaking(
         sasl, monkeypatch, tmp_path, capfd):
     from dagster import DagsterInstance
@@ -87,7 +115,9 @@ def test_wrong_credentials_fail_fast_naming_authentication_without_leaking(
     assert "KafkaAuthenticationFailed" in error and "authentication failed" in error.lower()
     assert took < 60, took
     assert 0 < attempts <= MAX_FAILED_HANDSHAKES
-    time.sleep(3)  # the rejected client was closed: no reconnects after the failure
+    # The rejected clients were closed (no socket of this process tree to the broker is left),
+    # so nothing can reconnect after the failure.
+    wait_until(lambda: not sockets_to(broker.port), "the rejected clients' sockets to close")
     assert broker.failed_authentications() - before == attempts
     out, err = capfd.readouterr()
     texts = {"exception": error, "stdout": out, "stderr": err,
