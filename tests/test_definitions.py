@@ -48,3 +48,35 @@ def test_asset_materialize_cli_from_repo_root(instance_env, tmp_path):
     res = ConfigResource(ConfigResource.Type.TOPIC, instance_env.events_topic)
     config = admin.describe_configs([res])[res].result(10)
     assert config["message.timestamp.type"].value == "LogAppendTime"
+
+
+def test_raw_events_through_dg_materialize(instance_env):
+    """The topic asset, materialized with its typed resources: creates the topic with the
+    settings' partitions and reports its offsets (a second run finds it)."""
+    import dagster as dg
+
+    from assets.ingest import raw_events
+    from assets.resources import KafkaResource, LakehouseResource
+
+    kafka = KafkaResource(lakehouse=LakehouseResource(events_topic=instance_env.events_topic))
+    first = dg.materialize([raw_events], resources={"kafka": kafka})
+    assert first.success
+    meta = first.asset_materializations_for_node("raw_events")[0].metadata
+    assert meta["created"].value is True and meta["topic"].value == instance_env.events_topic
+    assert meta["partitions"].value == instance_env.topic_partitions
+    again = dg.materialize([raw_events], resources={"kafka": kafka})
+    assert again.asset_materializations_for_node("raw_events")[0].metadata["created"].value is False
+
+
+def test_crons_and_thresholds_are_read_when_the_code_location_loads():
+    """A fresh load (as `dagster dev` or a reload does) builds the schedules and the freshness
+    check from the environment of that load."""
+    code = ("from orchestration.definitions import defs\n"
+            "s = {x.name: x.cron_schedule for x in defs.schedules}\n"
+            "print(s['stream_catch_up_schedule'], '|', s['table_maintenance_schedule'])\n")
+    env = {**os.environ, "CATCH_UP_CRON": "*/7 * * * *", "MAINTENANCE_CRON": "5 1 * * 6",
+           "PARTITIONS_START": "2025-03-01", "GX_ANALYTICS_ENABLED": "false"}
+    done = subprocess.run([str(REPO / ".venv/bin/python"), "-c", code], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2].strip() == "*/7 * * * * | 5 1 * * 6"
