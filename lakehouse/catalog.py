@@ -7,25 +7,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lakehouse.shape import DEFAULT_SHAPE
+
 # The ingest query's name: its checkpoint is `$LAKEHOUSE_ROOT/_checkpoints/<name>`.
 INGEST_QUERY = "ingest"
 
-MEASURES = """
-    event_count BIGINT NOT NULL,
-    value_sum DECIMAL(38,6) NOT NULL,
-    value_min DECIMAL(38,6) NOT NULL,
-    value_max DECIMAL(38,6) NOT NULL,
-    event_fingerprint DECIMAL(38,0) NOT NULL
-"""
-WINDOW_KEY = """
-    event_date DATE NOT NULL,
-    window_start TIMESTAMP NOT NULL,
-    window_end TIMESTAMP NOT NULL,
-    key STRING NOT NULL
-"""
-MEASURE_COLUMNS = ("event_count", "value_sum", "value_min", "value_max", "event_fingerprint")
-WINDOW_COLUMNS = ("event_date", "window_start", "window_end", "key")
-WINDOW_ID = ("window_start", "key")  # one row per window and key in every aggregate table
+# The aggregate tables' columns come from the default pipeline's event shape (lakehouse.spec):
+# `key` as the one dimension, `value` as decimal(38,6) with its sum, min and max.
+MEASURES = DEFAULT_SHAPE.measures_ddl
+WINDOW_KEY = DEFAULT_SHAPE.window_key_ddl
+MEASURE_COLUMNS = DEFAULT_SHAPE.measure_columns
+WINDOW_COLUMNS = DEFAULT_SHAPE.window_columns
+WINDOW_ID = DEFAULT_SHAPE.window_id  # one row per window and key in every aggregate table
+# A correction's before and after image of the measures (null: the window did not exist).
+CHANGE_IMAGES = ", ".join(f"{side}_{name} {kind.upper()}" for side in ("before", "after")
+                          for name, kind in DEFAULT_SHAPE.measure_columns_typed())
 
 
 @dataclass(frozen=True)
@@ -90,11 +86,7 @@ REPLAY = Table(
 )
 CORRECTIONS = Table(
     "late_corrections",
-    f"""{WINDOW_KEY}, revision INT NOT NULL, cause STRING NOT NULL,
-    before_event_count BIGINT, before_value_sum DECIMAL(38,6), before_value_min DECIMAL(38,6),
-    before_value_max DECIMAL(38,6), before_event_fingerprint DECIMAL(38,0),
-    after_event_count BIGINT, after_value_sum DECIMAL(38,6), after_value_min DECIMAL(38,6),
-    after_value_max DECIMAL(38,6), after_event_fingerprint DECIMAL(38,0),
+    f"""{WINDOW_KEY}, revision INT NOT NULL, cause STRING NOT NULL, {CHANGE_IMAGES},
     corrected_at TIMESTAMP NOT NULL, run_id STRING""",
     "event_date",
 )

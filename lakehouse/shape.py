@@ -1,0 +1,207 @@
+"""The shape of a pipeline's events: which JSON fields they carry, which is the id and the time,
+which are the group-by dimensions and which decimal fields are summed, minimised, maximised.
+
+The shape fixes the columns of the tables (bronze, the late lane, the aggregates, the changelog):
+`DEFAULT_SHAPE` is the contract's (`event_id`, `key`, `event_time`, one `value` as
+decimal(38,6)) and the catalog builds those tables' columns from it. A pipeline spec
+(`lakehouse.spec`) declares another. Pure pydantic: no Spark.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+# Columns every aggregate table has besides a pipeline's dimensions and measures.
+RESERVED_COLUMNS = frozenset({
+    "event_date", "window_start", "window_end", "event_count", "event_fingerprint", "status",
+    "watermark", "batch_id", "updated_at", "bronze_version", "revision", "replayed_at", "cause",
+    "corrected_at", "run_id", "event_id", "event_time", "payload_event_time", "attributes",
+    "record_key", "topic", "partition", "offset", "kafka_timestamp", "ingested_at",
+    "bronze_batch_id", "lateness_ms", "batch_watermark", "recorded_at",
+})
+DIMENSION_TYPES = {"string": "STRING", "int": "INT", "long": "BIGINT", "date": "DATE"}
+SCALAR_TYPES = (*DIMENSION_TYPES, "timestamp")
+TIME_FORMS = ("iso8601", "epoch_seconds", "epoch_millis")
+AGGREGATES = ("sum", "min", "max")
+
+
+def _identifier(text: str) -> str:
+    if not IDENT.match(text):
+        raise ValueError(f"{text!r} is not a column name: lower-case letters, digits and _, "
+                         "starting with a letter or _ (at most 63 characters)")
+    return text
+
+
+Identifier = Annotated[str, AfterValidator(_identifier)]
+STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+def _field_type(text: str) -> str:
+    t = re.sub(r"\s+", "", str(text).lower())
+    if t in SCALAR_TYPES:
+        return t
+    m = _DECIMAL.match(t)
+    if not m or not 1 <= int(m.group(1)) <= 38 or int(m.group(2)) > int(m.group(1)):
+        raise ValueError(f"type {text!r}: one of {', '.join(SCALAR_TYPES)} or decimal(p,s) "
+                         "with precision 1-38 and scale <= precision")
+    return f"decimal({m.group(1)},{m.group(2)})"
+
+
+FieldType = Annotated[str, AfterValidator(_field_type)]
+
+
+class Dimension(BaseModel):
+    """A group-by column: `name` in the tables, the value of declared field `field`."""
+
+    model_config = STRICT
+    name: Identifier
+    field: str | None = None  # default: the name
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data
+
+    @property
+    def source(self) -> str:
+        return self.field or self.name
+
+
+class Measure(BaseModel):
+    """A decimal field aggregated exactly, one column per aggregate (`<name>_sum`, `_min`,
+    `_max`; name defaults to the field). A sum is decimal(38, field's scale)."""
+
+    model_config = STRICT
+    field: str
+    name: Identifier | None = None
+    aggregates: tuple[Literal["sum", "min", "max"], ...] = AGGREGATES
+
+    @model_validator(mode="after")
+    def _aggregates(self) -> Measure:
+        if not self.aggregates:
+            raise ValueError("aggregates: declare at least one of sum, min, max")
+        if len(set(self.aggregates)) != len(self.aggregates):
+            raise ValueError(f"aggregates {list(self.aggregates)} repeat an aggregate")
+        return self
+
+    @property
+    def column_prefix(self) -> str:
+        return self.name or self.field
+
+
+class EventTime(BaseModel):
+    model_config = STRICT
+    field: str = "event_time"
+    formats: tuple[Literal["iso8601", "epoch_seconds", "epoch_millis"], ...] = (
+        "iso8601", "epoch_millis")
+
+    @model_validator(mode="after")
+    def _unambiguous(self) -> EventTime:
+        if not self.formats:
+            raise ValueError("formats: declare at least one of " + ", ".join(TIME_FORMS))
+        if {"epoch_seconds", "epoch_millis"} <= set(self.formats):
+            raise ValueError("formats: epoch_seconds and epoch_millis together are ambiguous "
+                             "(1700000000 is both 2023 and January 1970): declare one")
+        return self
+
+
+class EventShape(BaseModel):
+    """What fixes the tables' columns: the event's fields and which are the id, the time, the
+    dimensions and the measures (every event is also counted: `event_count`)."""
+
+    model_config = STRICT
+    fields: dict[str, FieldType] = Field(default_factory=lambda: {
+        "event_id": "string", "key": "string", "event_time": "timestamp",
+        "value": "decimal(38,6)"})
+    event_id: str = "event_id"
+    event_time: EventTime = EventTime()
+    dimensions: tuple[Dimension, ...] = (Dimension(name="key"),)
+    measures: tuple[Measure, ...] = (Measure(field="value"),)
+
+    @model_validator(mode="after")
+    def _refer_to_fields(self) -> EventShape:
+        def declared(where: str, name: str, allowed: tuple[str, ...] | None = None) -> str:
+            if name not in self.fields:
+                raise ValueError(f"{where}: {name!r} is not a declared field "
+                                 f"(fields: {', '.join(self.fields)})")
+            kind = self.fields[name]
+            if allowed and not kind.startswith(allowed):
+                raise ValueError(f"{where}: field {name!r} is {kind}; it must be "
+                                 + " or ".join(allowed))
+            return kind
+
+        declared("event_id", self.event_id, ("string", "int", "long"))
+        declared("event_time.field", self.event_time.field, ("timestamp",))
+        if not self.dimensions:
+            raise ValueError("dimensions: declare at least one group-by dimension")
+        for i, d in enumerate(self.dimensions):
+            declared(f"dimensions[{i}]", d.source, tuple(DIMENSION_TYPES))
+        for i, m in enumerate(self.measures):
+            kind = declared(f"measures[{i}].field", m.field)
+            if not kind.startswith("decimal"):
+                raise ValueError(f"measures[{i}]: {m.field!r} is {kind}: sums, minima and "
+                                 "maxima are exact decimals, declare it decimal(p,s)")
+        seen: dict[str, str] = {}
+        for where, column in [*((f"dimensions[{i}]", d.name)
+                                for i, d in enumerate(self.dimensions)),
+                              *((f"measures[{i}]", c) for i, m in enumerate(self.measures)
+                                for c, _ in self._measure_columns(m))]:
+            if column in RESERVED_COLUMNS:
+                raise ValueError(f"{where}: {column!r} is a column every table already has")
+            if column in seen:
+                raise ValueError(f"{where}: column {column!r} is declared twice "
+                                 f"(also by {seen[column]})")
+            seen[column] = where
+        return self
+
+    def value_type(self, measure: Measure) -> str:
+        return self.fields[measure.field]
+
+    def _measure_columns(self, m: Measure) -> list[tuple[str, str]]:
+        kind = self.fields[m.field]
+        scale = _DECIMAL.match(kind).group(2)
+        # Sums widen to 38 digits at the field's scale; min and max keep the field's type.
+        return [(f"{m.column_prefix}_{a}", f"decimal(38,{scale})" if a == "sum" else kind)
+                for a in m.aggregates]
+
+    # ---- the columns it fixes --------------------------------------------------------------
+    @property
+    def dimension_names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.dimensions)
+
+    @property
+    def window_id(self) -> tuple[str, ...]:
+        """One row per window and dimension values in every aggregate table."""
+        return ("window_start", *self.dimension_names)
+
+    @property
+    def window_columns(self) -> tuple[str, ...]:
+        return ("event_date", "window_start", "window_end", *self.dimension_names)
+
+    def measure_columns_typed(self) -> list[tuple[str, str]]:
+        return [("event_count", "bigint"),
+                *(c for m in self.measures for c in self._measure_columns(m)),
+                ("event_fingerprint", "decimal(38,0)")]
+
+    @property
+    def measure_columns(self) -> tuple[str, ...]:
+        return tuple(c for c, _ in self.measure_columns_typed())
+
+    @property
+    def window_key_ddl(self) -> str:
+        return ", ".join(["event_date DATE NOT NULL", "window_start TIMESTAMP NOT NULL",
+                          "window_end TIMESTAMP NOT NULL",
+                          *(f"{d.name} {DIMENSION_TYPES[self.fields[d.source]]} NOT NULL"
+                            for d in self.dimensions)])
+
+    @property
+    def measures_ddl(self) -> str:
+        return ", ".join(f"{c} {t.upper()} NOT NULL" for c, t in self.measure_columns_typed())
+
+
+DEFAULT_SHAPE = EventShape()
