@@ -5,99 +5,126 @@ Delta-log readers and the reports name them from it. Every table lives at
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from lakehouse.shape import DEFAULT_SHAPE
+from lakehouse.shape import DEFAULT_SHAPE, EventShape
 
 # The ingest query's name: its checkpoint is `$LAKEHOUSE_ROOT/_checkpoints/<name>`.
 INGEST_QUERY = "ingest"
 
-# The aggregate tables' columns come from the default pipeline's event shape (lakehouse.spec):
-# `key` as the one dimension, `value` as decimal(38,6) with its sum, min and max.
+# The aggregate tables' columns come from a pipeline's event shape (lakehouse.shape); the
+# default shape's are the contract's: `key` the one dimension, `value` decimal(38,6) with its
+# sum, min and max. The constants below are the default pipeline's.
 MEASURES = DEFAULT_SHAPE.measures_ddl
 WINDOW_KEY = DEFAULT_SHAPE.window_key_ddl
 MEASURE_COLUMNS = DEFAULT_SHAPE.measure_columns
 WINDOW_COLUMNS = DEFAULT_SHAPE.window_columns
 WINDOW_ID = DEFAULT_SHAPE.window_id  # one row per window and key in every aggregate table
-# A correction's before and after image of the measures (null: the window did not exist).
-CHANGE_IMAGES = ", ".join(f"{side}_{name} {kind.upper()}" for side in ("before", "after")
-                          for name, kind in DEFAULT_SHAPE.measure_columns_typed())
 
 
 @dataclass(frozen=True)
 class Table:
     name: str
-    ddl: str
+    columns: Callable[[EventShape], str]  # DDL of its columns for a pipeline's event shape
     partition_by: str
     change_data_feed: bool = False
     # Deletion vectors: a MERGE marks the rows it replaces instead of rewriting their files, so
     # its cost follows the rows it touches, not the files they sit in.
     deletion_vectors: bool = False
 
+    def ddl_for(self, shape: EventShape) -> str:
+        return self.columns(shape)
+
+    @property
+    def ddl(self) -> str:
+        """The default pipeline's columns."""
+        return self.columns(DEFAULT_SHAPE)
+
+
+def fixed(ddl: str) -> Callable[[EventShape], str]:
+    """Columns that are the same in every pipeline."""
+    return lambda _shape: ddl
+
+
+def _typed(shape: EventShape, names: tuple[str, ...]) -> list[str]:
+    return [f"{n} {shape.column_type(n)} NOT NULL" for n in names]
+
+
+def _bronze(shape: EventShape) -> str:
+    return ", ".join([
+        "event_id STRING NOT NULL", *_typed(shape, shape.dimension_names),
+        "event_time TIMESTAMP NOT NULL", "payload_event_time TIMESTAMP NOT NULL",
+        *_typed(shape, shape.measure_fields), "attributes STRING", "record_key STRING",
+        "topic STRING NOT NULL", "partition INT NOT NULL", "offset BIGINT NOT NULL",
+        "kafka_timestamp TIMESTAMP NOT NULL", "event_date DATE NOT NULL",
+        "ingested_at TIMESTAMP NOT NULL", "bronze_batch_id BIGINT NOT NULL"])
+
+
+def _late(shape: EventShape) -> str:
+    return ", ".join([
+        "event_id STRING NOT NULL", *_typed(shape, shape.dimension_names),
+        "event_time TIMESTAMP NOT NULL", *_typed(shape, shape.measure_fields),
+        "event_date DATE NOT NULL", "window_start TIMESTAMP NOT NULL",
+        "window_end TIMESTAMP NOT NULL", "lateness_ms BIGINT NOT NULL", "batch_id BIGINT NOT NULL",
+        "batch_watermark TIMESTAMP NOT NULL", "topic STRING NOT NULL", "partition INT NOT NULL",
+        "offset BIGINT NOT NULL", "kafka_timestamp TIMESTAMP NOT NULL",
+        "recorded_at TIMESTAMP NOT NULL"])
+
+
+def _changes(shape: EventShape) -> str:
+    # A correction's before and after image of the measures (null: the window did not exist).
+    images = ", ".join(f"{side}_{name} {kind.upper()}" for side in ("before", "after")
+                       for name, kind in shape.measure_columns_typed())
+    return f"""{shape.window_key_ddl}, revision INT NOT NULL, cause STRING NOT NULL, {images},
+    corrected_at TIMESTAMP NOT NULL, run_id STRING"""
+
 
 BRONZE = Table(
-    "bronze_events",
-    """event_id STRING NOT NULL, key STRING NOT NULL, event_time TIMESTAMP NOT NULL,
-    payload_event_time TIMESTAMP NOT NULL, value DECIMAL(38,6) NOT NULL, attributes STRING,
-    record_key STRING, topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL,
-    kafka_timestamp TIMESTAMP NOT NULL, event_date DATE NOT NULL,
-    ingested_at TIMESTAMP NOT NULL, bronze_batch_id BIGINT NOT NULL""",
-    "event_date",
+    "bronze_events", _bronze, "event_date",
     # The late lane reads bronze by commit-version range (the aggregation batch's source range).
     change_data_feed=True,
 )
 QUARANTINE = Table(
     "quarantined_events",
-    """reason STRING NOT NULL, detail STRING, topic STRING NOT NULL, partition INT NOT NULL,
+    fixed("""reason STRING NOT NULL, detail STRING, topic STRING NOT NULL, partition INT NOT NULL,
     offset BIGINT NOT NULL, kafka_timestamp TIMESTAMP NOT NULL, value_bytes INT,
     raw_key STRING, raw_value STRING, quarantine_date DATE NOT NULL,
-    ingested_at TIMESTAMP NOT NULL, bronze_batch_id BIGINT NOT NULL""",
+    ingested_at TIMESTAMP NOT NULL, bronze_batch_id BIGINT NOT NULL"""),
     "quarantine_date",
 )
 STREAMING = Table(
     "streaming_aggregates",
     # bronze_version: the bronze commit of the last batch added into the row (the additive
     # MERGE's guard: a re-run batch adds nothing twice).
-    f"""{WINDOW_KEY}, {MEASURES}, status STRING NOT NULL, watermark TIMESTAMP,
-    batch_id BIGINT NOT NULL, updated_at TIMESTAMP NOT NULL, bronze_version BIGINT""",
+    lambda shape: f"""{shape.window_key_ddl}, {shape.measures_ddl}, status STRING NOT NULL,
+    watermark TIMESTAMP, batch_id BIGINT NOT NULL, updated_at TIMESTAMP NOT NULL,
+    bronze_version BIGINT""",
     "event_date",
     deletion_vectors=True,
 )
-LATE = Table(
-    "late_events",
-    """event_id STRING NOT NULL, key STRING NOT NULL, event_time TIMESTAMP NOT NULL,
-    value DECIMAL(38,6) NOT NULL, event_date DATE NOT NULL, window_start TIMESTAMP NOT NULL,
-    window_end TIMESTAMP NOT NULL, lateness_ms BIGINT NOT NULL, batch_id BIGINT NOT NULL,
-    batch_watermark TIMESTAMP NOT NULL, topic STRING NOT NULL, partition INT NOT NULL,
-    offset BIGINT NOT NULL, kafka_timestamp TIMESTAMP NOT NULL, recorded_at TIMESTAMP NOT NULL""",
-    "event_date",
-)
+LATE = Table("late_events", _late, "event_date")
 RECONCILED = Table(
     "reconciled_aggregates",
-    f"""{WINDOW_KEY}, {MEASURES}, revision INT NOT NULL, status STRING NOT NULL,
-    updated_at TIMESTAMP NOT NULL""",
+    lambda shape: f"""{shape.window_key_ddl}, {shape.measures_ddl}, revision INT NOT NULL,
+    status STRING NOT NULL, updated_at TIMESTAMP NOT NULL""",
     "event_date",
     change_data_feed=True,
 )
 REPLAY = Table(
     "replay_aggregates",
-    f"{WINDOW_KEY}, {MEASURES}, replayed_at TIMESTAMP NOT NULL",
+    lambda shape: f"{shape.window_key_ddl}, {shape.measures_ddl}, replayed_at TIMESTAMP NOT NULL",
     "event_date",
 )
-CORRECTIONS = Table(
-    "late_corrections",
-    f"""{WINDOW_KEY}, revision INT NOT NULL, cause STRING NOT NULL, {CHANGE_IMAGES},
-    corrected_at TIMESTAMP NOT NULL, run_id STRING""",
-    "event_date",
-)
+CORRECTIONS = Table("late_corrections", _changes, "event_date")
 PROGRESS = Table(
     "stream_progress",
-    """query STRING NOT NULL, batch_id BIGINT NOT NULL, batch_timestamp TIMESTAMP,
+    fixed("""query STRING NOT NULL, batch_id BIGINT NOT NULL, batch_timestamp TIMESTAMP,
     input_rows BIGINT, input_rows_per_second DOUBLE, processed_rows_per_second DOUBLE,
     start_offsets STRING, end_offsets STRING, watermark TIMESTAMP,
     rows_dropped_by_watermark BIGINT, state_rows BIGINT, state_memory_bytes BIGINT,
     duration_ms STRING, trigger_ms BIGINT, kafka_end_offsets STRING, kafka_lag BIGINT,
-    progress_date DATE NOT NULL""",
+    progress_date DATE NOT NULL"""),
     "progress_date",
 )
 SKIPPED = Table(
@@ -105,24 +132,24 @@ SKIPPED = Table(
     # Offset ranges [from_offset, to_offset) the stream skipped because retention deleted them
     # before it read them (ON_DATA_LOSS=skip_and_record): the broker times around the gap bound
     # when they were produced; dates they may belong to are never reported as proven.
-    """topic STRING NOT NULL, partition INT NOT NULL, from_offset BIGINT NOT NULL,
+    fixed("""topic STRING NOT NULL, partition INT NOT NULL, from_offset BIGINT NOT NULL,
     to_offset BIGINT NOT NULL, records BIGINT NOT NULL, recorded_at TIMESTAMP NOT NULL,
-    recorded_date DATE NOT NULL, reason STRING NOT NULL""",
+    recorded_date DATE NOT NULL, reason STRING NOT NULL"""),
     "recorded_date",
 )
 CORRECTIONS_STATE = Table(
     "corrections_state",
     # Per date: the bronze version the gold rows were last computed from, and the gold version
     # before that run's own commits (a later commit without the pipeline's tag is foreign).
-    """event_date DATE NOT NULL, bronze_version BIGINT NOT NULL, reconciled_version BIGINT NOT NULL,
-    mode STRING NOT NULL, run_id STRING, updated_at TIMESTAMP NOT NULL""",
+    fixed("""event_date DATE NOT NULL, bronze_version BIGINT NOT NULL, reconciled_version BIGINT NOT NULL,
+    mode STRING NOT NULL, run_id STRING, updated_at TIMESTAMP NOT NULL"""),
     "event_date",
 )
 REPLAY_STATE = Table(
     "replay_state",
     # Per replay of a date: the bronze version whose log position (`bronze_position`) capped it.
-    """event_date DATE NOT NULL, bronze_version BIGINT, run_id STRING,
-    replayed_at TIMESTAMP NOT NULL""",
+    fixed("""event_date DATE NOT NULL, bronze_version BIGINT, run_id STRING,
+    replayed_at TIMESTAMP NOT NULL"""),
     "event_date",
 )
 ALL_TABLES = (BRONZE, QUARANTINE, STREAMING, LATE, RECONCILED, REPLAY, CORRECTIONS, PROGRESS,

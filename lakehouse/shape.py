@@ -115,7 +115,7 @@ class EventShape(BaseModel):
     dimensions and the measures (every event is also counted: `event_count`)."""
 
     model_config = STRICT
-    fields: dict[str, FieldType] = Field(default_factory=lambda: {
+    fields: dict[Identifier, FieldType] = Field(default_factory=lambda: {
         "event_id": "string", "key": "string", "event_time": "timestamp",
         "value": "decimal(38,6)"})
     event_id: str = "event_id"
@@ -150,7 +150,7 @@ class EventShape(BaseModel):
         for where, column in [*((f"dimensions[{i}]", d.name)
                                 for i, d in enumerate(self.dimensions)),
                               *((f"measures[{i}]", c) for i, m in enumerate(self.measures)
-                                for c, _ in self._measure_columns(m))]:
+                                for c, _ in self.measure_columns_of(m))]:
             if column in RESERVED_COLUMNS:
                 raise ValueError(f"{where}: {column!r} is a column every table already has")
             if column in seen:
@@ -162,7 +162,18 @@ class EventShape(BaseModel):
     def value_type(self, measure: Measure) -> str:
         return self.fields[measure.field]
 
-    def _measure_columns(self, m: Measure) -> list[tuple[str, str]]:
+    @property
+    def measure_fields(self) -> tuple[str, ...]:
+        """The decimal fields the measures read (bronze and the late lane keep them)."""
+        return tuple(dict.fromkeys(m.field for m in self.measures))
+
+    def column_type(self, name: str) -> str:
+        """SQL type of a dimension (by its name) or a measure field in bronze."""
+        dims = {d.name: d.source for d in self.dimensions}
+        kind = self.fields[dims.get(name, name)]
+        return DIMENSION_TYPES.get(kind, kind.upper())
+
+    def measure_columns_of(self, m: Measure) -> list[tuple[str, str]]:
         kind = self.fields[m.field]
         scale = _DECIMAL.match(kind).group(2)
         # Sums widen to 38 digits at the field's scale; min and max keep the field's type.
@@ -185,7 +196,7 @@ class EventShape(BaseModel):
 
     def measure_columns_typed(self) -> list[tuple[str, str]]:
         return [("event_count", "bigint"),
-                *(c for m in self.measures for c in self._measure_columns(m)),
+                *(c for m in self.measures for c in self.measure_columns_of(m)),
                 ("event_fingerprint", "decimal(38,0)")]
 
     @property

@@ -24,7 +24,7 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         builder = (
             DeltaTable.createIfNotExists(spark)
             .location(path)
-            .addColumns(spark.createDataFrame([], table.ddl).schema)
+            .addColumns(spark.createDataFrame([], table.ddl_for(settings.shape)).schema)
             .partitionedBy(table.partition_by)
         )
         if table.change_data_feed:
