@@ -29,14 +29,18 @@ from great_expectations.render.renderer.renderer import renderer  # noqa: E402
 from pyspark.sql import Column, DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from lakehouse.catalog import MEASURE_COLUMNS
 from lakehouse.settings import Settings, utc  # noqa: E402
+from lakehouse.shape import DEFAULT_SHAPE, EventShape  # noqa: E402
 
-KEY = ("window_start", "key")
 MAX_EVIDENCE_ROWS = 20
-# A failing validation is run again at this level for its Data Docs: the unexpected rows with
-# their window, not only pass/fail (BOOLEAN_ONLY, about half the Spark jobs, for the first run).
-DETAILED = {"result_format": "COMPLETE", "unexpected_index_column_names": ["window", "key"]}
+
+
+def detailed(shape: EventShape) -> dict:
+    """A failing validation is run again at this level for its Data Docs: the unexpected rows
+    with their window and dimensions, not only pass/fail (BOOLEAN_ONLY, about half the Spark
+    jobs, for the first run)."""
+    return {"result_format": "COMPLETE",
+            "unexpected_index_column_names": ["window", *shape.dimension_names]}
 
 
 def data_docs_dir(settings: Settings) -> Path:
@@ -49,27 +53,31 @@ def data_docs_dir(settings: Settings) -> Path:
             / re.sub(r"[^A-Za-z0-9_.-]+", "_", settings.root))
 
 
-def comparison_frame(left: DataFrame, right: DataFrame, left_name: str, right_name: str):
-    """Full outer join on (window_start, key): the window (also as UTC text, `window`), and
-    each side's measures as `<side>_<measure>` (null where the window is not on that side)."""
+def comparison_frame(left: DataFrame, right: DataFrame, left_name: str, right_name: str,
+                     shape: EventShape = DEFAULT_SHAPE):
+    """Full outer join on (window_start, dimensions): the window (also as UTC text, `window`),
+    and each side's measures as `<side>_<measure>` (null where the window is not on that
+    side)."""
     l_, r_ = left.alias("l"), right.alias("r")
-    joined = l_.join(r_, [F.col(f"l.{k}") == F.col(f"r.{k}") for k in KEY], "full_outer")
+    joined = l_.join(r_, [F.col(f"l.{k}") == F.col(f"r.{k}") for k in shape.window_id],
+                     "full_outer")
     start = F.coalesce("l.window_start", "r.window_start")
     return joined.select(
         start.alias("window_start"),
         # The window as UTC text (the session's time zone), for the Data Docs: a collected
         # timestamp would be shown in the host's zone.
         F.date_format(start, "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("window"),
-        F.coalesce("l.key", "r.key").alias("key"),
-        *[F.col(f"l.{m}").alias(f"{left_name}_{m}") for m in MEASURE_COLUMNS],
-        *[F.col(f"r.{m}").alias(f"{right_name}_{m}") for m in MEASURE_COLUMNS],
+        *[F.coalesce(f"l.{d}", f"r.{d}").alias(d) for d in shape.dimension_names],
+        *[F.col(f"l.{m}").alias(f"{left_name}_{m}") for m in shape.measure_columns],
+        *[F.col(f"r.{m}").alias(f"{right_name}_{m}") for m in shape.measure_columns],
     )
 
 
-def differs(left_name: str, right_name: str) -> Column:
+def differs(left_name: str, right_name: str, shape: EventShape = DEFAULT_SHAPE) -> Column:
     """Rows of a comparison frame whose measures differ (a missing side differs): for the
     evidence and the fast path's gap; the proof itself is GX's."""
-    return ~F.expr(" AND ".join(f"{left_name}_{m} <=> {right_name}_{m}" for m in MEASURE_COLUMNS))
+    return ~F.expr(" AND ".join(f"{left_name}_{m} <=> {right_name}_{m}"
+                                for m in shape.measure_columns))
 
 
 class ExpectWindowMeasuresToBeEqual(gxe.ExpectColumnPairValuesToBeEqual):
@@ -92,20 +100,21 @@ class ExpectWindowMeasuresToBeEqual(gxe.ExpectColumnPairValuesToBeEqual):
             styling={"body": {"classes": ["table-bordered", "table-sm", "mt-3"]}})]
 
 
-def reconciliation_suite(name: str = "reconciled_equals_replay", left: str = "reconciled",
-                         right: str = "replay") -> gx.ExpectationSuite:
+def reconciliation_suite(shape: EventShape = DEFAULT_SHAPE, name: str = "reconciled_equals_replay",
+                         left: str = "reconciled", right: str = "replay") -> gx.ExpectationSuite:
     suite = gx.ExpectationSuite(name=name)
     for side in (left, right):  # no window on one side only
         suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=f"{side}_event_count"))
-    for m in MEASURE_COLUMNS:
+    for m in shape.measure_columns:
         suite.add_expectation(ExpectWindowMeasuresToBeEqual(
             column_A=f"{left}_{m}", column_B=f"{right}_{m}", ignore_row_if="neither"))
     return suite
 
 
-def totals_suite(name: str = "date_totals_equal") -> gx.ExpectationSuite:
+def totals_suite(shape: EventShape = DEFAULT_SHAPE, name: str = "date_totals_equal"
+                 ) -> gx.ExpectationSuite:
     suite = gx.ExpectationSuite(name=name)
-    for m in ("windows", "event_count", "value_sum"):
+    for m in ("windows", "event_count", *shape.columns_of("sum")):
         suite.add_expectation(
             gxe.ExpectColumnPairValuesToBeEqual(column_A=f"reconciled_{m}", column_B=f"replay_{m}")
         )
@@ -152,29 +161,33 @@ def _validate(context, df: DataFrame, suite: gx.ExpectationSuite, result_format=
     return result, (urls[0]["site_url"] if urls else None)
 
 
-def _totals(df: DataFrame, side: str) -> DataFrame:
+def _totals(df: DataFrame, side: str, shape: EventShape) -> DataFrame:
+    """Windows, events and each sum over the date, as text (exact in GX's comparison)."""
+    sums = {c: t for c, t in shape.measure_columns_typed() if c in shape.columns_of("sum")}
     return df.agg(
         F.count("*").cast("string").alias(f"{side}_windows"),
         F.coalesce(F.sum("event_count"), F.lit(0)).cast("string").alias(f"{side}_event_count"),
-        F.coalesce(F.sum("value_sum"), F.lit(0)).cast("decimal(38,6)").cast("string")
-        .alias(f"{side}_value_sum"),
+        *[F.coalesce(F.sum(c), F.lit(0)).cast(t).cast("string").alias(f"{side}_{c}")
+          for c, t in sums.items()],
     )
 
 
 def check_equal(reconciled: DataFrame, replay: DataFrame, d: date,
-                docs: Path | None = None) -> Verdict:
+                docs: Path | None = None, shape: EventShape = DEFAULT_SHAPE) -> Verdict:
     """Validate reconciled == replay for one date, row by row and in total. A failing rows
     validation is run again with its unexpected rows and kept as Data Docs in the GX project
     `docs` (`Verdict.data_docs`: its page); a passing one leaves nothing on disk."""
     context = gx.get_context(mode="ephemeral")
-    frame = comparison_frame(reconciled, replay, "reconciled", "replay").persist()
+    frame = comparison_frame(reconciled, replay, "reconciled", "replay", shape).persist()
     try:
-        rows, page = _validate(context, frame, reconciliation_suite(), keep=False)
+        rows, page = _validate(context, frame, reconciliation_suite(shape), keep=False)
         if not rows.success and docs is not None:  # again, kept with the differing windows
             kept = gx.get_context(mode="file", project_root_dir=str(docs))
-            rows, page = _validate(kept, frame, reconciliation_suite(), DETAILED, keep=True)
-        totals_df = _totals(reconciled, "reconciled").crossJoin(_totals(replay, "replay"))
-        totals, _ = _validate(context, totals_df, totals_suite(), keep=False)
+            rows, page = _validate(kept, frame, reconciliation_suite(shape), detailed(shape),
+                                   keep=True)
+        totals_df = _totals(reconciled, "reconciled", shape).crossJoin(
+            _totals(replay, "replay", shape))
+        totals, _ = _validate(context, totals_df, totals_suite(shape), keep=False)
         failed = [
             prefix + (r.expectation_config.kwargs.get("column")
                       or "{column_A} == {column_B}".format(**r.expectation_config.kwargs))
@@ -185,7 +198,7 @@ def check_equal(reconciled: DataFrame, replay: DataFrame, d: date,
         evidence = [] if rows.success and totals.success else [
             {k: (str(utc(v) if isinstance(v, datetime) else v) if v is not None else None)
              for k, v in r.asDict().items()}
-            for r in frame.where(differs("reconciled", "replay")).orderBy(*KEY)
+            for r in frame.where(differs("reconciled", "replay", shape)).orderBy(*shape.window_id)
             .limit(MAX_EVIDENCE_ROWS).collect()
         ]
         return Verdict(
@@ -201,18 +214,20 @@ def check_equal(reconciled: DataFrame, replay: DataFrame, d: date,
         frame.unpersist()
 
 
-def fast_path_gap(streaming: DataFrame, replay: DataFrame, late: DataFrame, d: date) -> dict:
-    """How far the fast path was from the replay for one date: the windows, events and value
+def fast_path_gap(streaming: DataFrame, replay: DataFrame, late: DataFrame, d: date,
+                  shape: EventShape = DEFAULT_SHAPE) -> dict:
+    """How far the fast path was from the replay for one date: the windows, events and sums
     the watermark cost. A differing window is explained when the late lane recorded events in
     it, or when the fast path still has it open."""
-    status = streaming.select(*KEY, F.col("status").alias("fast_path_status"))
-    late_windows = late.select(*KEY).distinct().withColumn("has_late", F.lit(True))
+    keys = list(shape.window_id)
+    status = streaming.select(*keys, F.col("status").alias("fast_path_status"))
+    late_windows = late.select(*keys).distinct().withColumn("has_late", F.lit(True))
     frame = (
-        comparison_frame(streaming, replay, "streaming", "replay")
-        .join(status, list(KEY), "left")
-        .join(late_windows, list(KEY), "left")
+        comparison_frame(streaming, replay, "streaming", "replay", shape)
+        .join(status, keys, "left")
+        .join(late_windows, keys, "left")
     )
-    differs_ = differs("streaming", "replay")
+    differs_ = differs("streaming", "replay", shape)
     explained = F.col("has_late").isNotNull() | (F.col("fast_path_status") == "open")
 
     def total(col: str) -> F.Column:
@@ -225,11 +240,14 @@ def fast_path_gap(streaming: DataFrame, replay: DataFrame, late: DataFrame, d: d
         F.count(F.when(differs_ & ~F.coalesce(explained, F.lit(False)), 1))
         .alias("windows_unexplained"),
         (total("replay_event_count") - total("streaming_event_count")).alias("events_missed"),
-        (total("replay_value_sum") - total("streaming_value_sum")).cast("decimal(38,6)")
-        .alias("value_missed"),
+        # `value_missed` for the default shape's value_sum; `<measure>_missed` for each sum.
+        *[(total(f"replay_{c}") - total(f"streaming_{c}")).cast(t)
+          .alias(f"{c[:-len('_sum')]}_missed")
+          for c, t in shape.measure_columns_typed() if c in shape.columns_of("sum")],
     ).first()
     gap = row.asDict()
-    gap["value_missed"] = str(gap["value_missed"])
+    for c in shape.columns_of("sum"):
+        gap[f"{c[:-len('_sum')]}_missed"] = str(gap[f"{c[:-len('_sum')]}_missed"])
     gap["late_events"] = late.count()
     gap["event_date"] = d.isoformat()
     return gap

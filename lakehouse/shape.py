@@ -162,6 +162,16 @@ class EventShape(BaseModel):
     def value_type(self, measure: Measure) -> str:
         return self.fields[measure.field]
 
+    def columns_of(self, aggregate: str) -> tuple[str, ...]:
+        """The measure columns of one aggregate ("sum", "min" or "max")."""
+        return tuple(f"{m.column_prefix}_{aggregate}" for m in self.measures
+                     if aggregate in m.aggregates)
+
+    @property
+    def additive_columns(self) -> tuple[str, ...]:
+        """Columns two partial aggregates of one window combine by adding."""
+        return ("event_count", *self.columns_of("sum"), "event_fingerprint")
+
     @property
     def measure_fields(self) -> tuple[str, ...]:
         """The decimal fields the measures read (bronze and the late lane keep them)."""

@@ -12,9 +12,6 @@ from deltalake import DeltaTable, QueryBuilder
 from lakehouse.settings import Settings
 from lakehouse.table_stats import add_actions
 
-KEY = ("window_start", "key")
-MEASURES = ("event_count", "value_sum", "value_min", "value_max", "event_fingerprint")
-
 
 def read(settings: Settings, name: str, event_date: date | None = None):
     """A table as a pyarrow Table (optionally one event_date partition)."""
@@ -60,13 +57,16 @@ def table_counts(settings: Settings) -> dict:
         "streaming_windows": read(settings, "streaming_aggregates").num_rows,
         "reconciled_windows": read(settings, "reconciled_aggregates").num_rows,
         "corrections": read(settings, "late_corrections").num_rows,
-        "value_sum_bronze": pc.sum(bronze["value"]).as_py() if bronze.num_rows else 0,
+        # Each measure field summed over bronze (the default pipeline's: value_sum_bronze).
+        **{f"{f}_sum_bronze": pc.sum(bronze[f]).as_py() if bronze.num_rows else 0
+           for f in settings.shape.measure_fields},
     }
 
 
 def _rows(settings: Settings, name: str, d: date) -> dict:
-    t = read(settings, name, d).select([*KEY, *MEASURES]).to_pylist()
-    return {tuple(r[k] for k in KEY): tuple(r[m] for m in MEASURES) for r in t}
+    keys, measures = settings.shape.window_id, settings.shape.measure_columns
+    t = read(settings, name, d).select([*keys, *measures]).to_pylist()
+    return {tuple(r[k] for k in keys): tuple(r[m] for m in measures) for r in t}
 
 
 def compare_tables(settings: Settings, d: date, left: str = "reconciled_aggregates",

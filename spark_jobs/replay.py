@@ -36,7 +36,7 @@ from lakehouse.state_rows import latest_row
 from lakehouse.topic_checks import require_log_append_time
 from spark_jobs.tables import ensure_tables, read_table
 from transforms.counting import events_for_date
-from transforms.parse import VALID_COLUMNS, classify
+from transforms.parse import classify, valid_columns
 from transforms.windows import aggregate_windows
 
 
@@ -128,7 +128,8 @@ def _replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None,
         records, windows_seen = Observation("replay_records"), Observation("replay_windows")
         classified = classify(raw, settings).observe(
             records, F.count(F.when(F.col("reason").isNotNull(), 1)).alias("quarantined"))
-        valid = classified.where(F.col("reason").isNull()).select(*VALID_COLUMNS)
+        valid = classified.where(F.col("reason").isNull()).select(
+            *valid_columns(settings.shape))
         windows = aggregate_windows(events_for_date(valid, settings, d), settings).observe(
             windows_seen, F.count(F.lit(1)).alias("windows"),
             F.sum("event_count").alias("events"))

@@ -55,13 +55,11 @@ from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import CHUNK_COLUMNS, RecentIds, free_checkpointed
 from spark_jobs.tables import ensure_tables, read_changes
 from transforms.ingest import counted_events, late_projection, next_watermark_ms, with_status
-from transforms.parse import VALID_COLUMNS, classify, quarantine_projection
+from transforms.parse import classify, quarantine_projection, valid_columns
 from transforms.windows import aggregate_windows
 
-WINDOW_KEYS = ("event_date", "window_start", "key")
 COMMIT_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
-ADDITIVE = ("event_count", "value_sum", "event_fingerprint")
 
 
 @dataclass
@@ -215,13 +213,14 @@ def complete_pending_aggregates(spark: SparkSession, settings: Settings,
         return False
     wm = F.timestamp_millis(F.lit(commit.watermark_ms))
     rows = (read_changes(spark, settings, BRONZE, commit.version, commit.version)
-            .where(F.col("_change_type") == "insert").select(*VALID_COLUMNS))
+            .where(F.col("_change_type") == "insert").select(*valid_columns(settings.shape)))
     on_time = rows.where(F.col("event_time") > wm)
     dates = sorted(r.event_date for r in on_time.select("event_date").distinct().collect())
     earlier = (_bronze_above(spark, settings, commit.version - 1, commit.watermark_ms)
                if commit.version > 0 and newest_stream_commit(settings, commit.version - 1)
                else None)
-    deltas = aggregate_windows(counted_events(on_time, earlier), settings) if dates else None
+    deltas = (aggregate_windows(counted_events(on_time, earlier, settings.shape), settings)
+              if dates else None)
     if fence is not None:
         fence.check()
     merge_aggregates(spark, settings, deltas, dates, commit, commit.batch_id)
@@ -304,6 +303,9 @@ def merge_aggregates(spark: SparkSession, settings: Settings, deltas: DataFrame 
     watermark (file statistics on window_end skip the rest; deletion vectors keep files narrow).
     Guarded: a window already holding this bronze version (a re-run) is not added again, and a
     window already final is left alone, so a re-run batch's MERGE changes no row."""
+    shape = settings.shape
+    # The target row of a window: its date, start and dimension values.
+    window_keys = ("event_date", *shape.window_id)
     wm, next_wm = commit.watermark_ms, commit.next_watermark_ms
     wm_ts, next_ts = F.timestamp_millis(F.lit(wm)), F.timestamp_millis(F.lit(next_wm))
     window_ms = int(settings.window_size.total_seconds() * 1000)
@@ -317,10 +319,10 @@ def merge_aggregates(spark: SparkSession, settings: Settings, deltas: DataFrame 
             .where((F.col("status") == "open")
                    & F.col("event_date").between(F.lit(first), F.lit(last))
                    & (F.col("window_end") > wm_ts) & (F.col("window_end") <= next_ts))
-            .select(*WINDOW_KEYS, "window_end")
+            .select(*window_keys, "window_end")
         )
         if deltas is not None:
-            to_close = to_close.join(deltas.select(*WINDOW_KEYS), list(WINDOW_KEYS), "left_anti")
+            to_close = to_close.join(deltas.select(*window_keys), list(window_keys), "left_anti")
         sources.append(to_close)
     if not sources or not dates:
         return
@@ -334,19 +336,18 @@ def merge_aggregates(spark: SparkSession, settings: Settings, deltas: DataFrame 
     spark.conf.set(MATERIALIZE_SOURCE, "none")
     try:
         now = F.current_timestamp()
-        added = {c: F.col(f"t.{c}") + F.col(f"s.{c}") for c in ADDITIVE}
+        added = {c: F.col(f"t.{c}") + F.col(f"s.{c}") for c in shape.additive_columns}
+        extremes = {**{c: F.least(f"t.{c}", f"s.{c}") for c in shape.columns_of("min")},
+                    **{c: F.greatest(f"t.{c}", f"s.{c}") for c in shape.columns_of("max")}}
         (
             DeltaTable.forPath(spark, settings.table_path(STREAMING.name)).alias("t")
             .merge(source.alias("s"),
                    f"t.event_date IN ({_date_list(dates)}) AND t.window_end > timestamp_millis({wm})"
-                   " AND t.event_date = s.event_date AND t.window_start = s.window_start"
-                   " AND t.key = s.key")
+                   + "".join(f" AND t.{c} = s.{c}" for c in window_keys))
             .whenMatchedUpdate(
                 condition=F.col("s.event_count").isNotNull()
                 & (F.coalesce(F.col("t.bronze_version"), F.lit(-1)) < F.lit(commit.version)),
-                set={**added,
-                     "value_min": F.least("t.value_min", "s.value_min"),
-                     "value_max": F.greatest("t.value_max", "s.value_max"),
+                set={**added, **extremes,
                      "status": F.when(F.col("t.window_end") <= next_ts, "final").otherwise("open"),
                      "watermark": next_ts, "batch_id": F.lit(batch_id),
                      "bronze_version": F.lit(commit.version), "updated_at": now})
@@ -355,8 +356,8 @@ def merge_aggregates(spark: SparkSession, settings: Settings, deltas: DataFrame 
                 set={"status": F.lit("final"), "watermark": next_ts, "updated_at": now})
             .whenNotMatchedInsert(
                 condition=F.col("s.event_count").isNotNull(),
-                values={**{c: F.col(f"s.{c}") for c in (*WINDOW_KEYS, "window_end", *ADDITIVE,
-                                                         "value_min", "value_max")},
+                values={**{c: F.col(f"s.{c}") for c in (*window_keys, "window_end",
+                                                         *shape.measure_columns)},
                         "status": F.when(F.col("s.window_end") <= next_ts, "final").otherwise("open"),
                         "watermark": next_ts, "batch_id": F.lit(batch_id),
                         "bronze_version": F.lit(commit.version), "updated_at": now})
@@ -386,7 +387,8 @@ def _window_deltas(spark: SparkSession, settings: Settings, recent: RecentIds,
     when they do not stand for the previous stream commit) or, for a re-run batch, in bronze."""
     def deltas(earlier: DataFrame | None) -> DataFrame:
         # Cut from its lineage: the MERGE then needs no copy of its source of its own.
-        return aggregate_windows(counted_events(on_time, earlier), settings).localCheckpoint(
+        return aggregate_windows(counted_events(on_time, earlier, settings.shape),
+                                 settings).localCheckpoint(
             eager=True)
 
     if earlier_version < 0:
@@ -465,7 +467,8 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
         classified = batch.persist()
         deltas = chunk = dedup = None
         try:
-            valid = classified.where(F.col("reason").isNull()).select(*VALID_COLUMNS)
+            valid = classified.where(F.col("reason").isNull()).select(
+                *valid_columns(settings.shape))
             is_valid, is_late = F.col("reason").isNull(), F.col("event_time") <= wm
             # One job: builds the cache and answers every question the writes depend on.
             facts = classified.agg(

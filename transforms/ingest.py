@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.commit_tags import StreamCommit
 from lakehouse.settings import Settings
+from lakehouse.shape import EventShape
 from transforms.counting import ARRIVAL_ORDER
 from transforms.windows import window_of
 
@@ -25,8 +26,9 @@ def late_projection(valid: DataFrame, settings: Settings, watermark_ms: int,
     """`late_events` rows of valid events at or below the watermark (the caller filters)."""
     wm = F.timestamp_millis(F.lit(watermark_ms))
     w = window_of(settings)
+    shape = settings.shape
     return valid.select(
-        "event_id", "key", "event_time", "value", "event_date",
+        "event_id", *shape.dimension_names, "event_time", *shape.measure_fields, "event_date",
         w.start.alias("window_start"), w.end.alias("window_end"),
         (F.lit(watermark_ms) - F.unix_millis("event_time")).alias("lateness_ms"),
         F.lit(batch_id).cast("long").alias("batch_id"),
@@ -36,20 +38,22 @@ def late_projection(valid: DataFrame, settings: Settings, watermark_ms: int,
     )
 
 
-def first_copies(events: DataFrame) -> DataFrame:
+def first_copies(events: DataFrame, shape: EventShape) -> DataFrame:
     """One row per (event_date, event_id): the first copy by broker time, then log position
     (the order corrections and the replay use), with a hash aggregate instead of a sort."""
-    first = F.min(F.struct(*ARRIVAL_ORDER, "key", "event_time", "value")).alias("f")
+    kept = (*shape.dimension_names, "event_time", *shape.measure_fields)
+    first = F.min(F.struct(*ARRIVAL_ORDER, *kept)).alias("f")
     return events.groupBy("event_date", "event_id").agg(first).select(
-        "event_date", "event_id", "f.key", "f.event_time", "f.value")
+        "event_date", "event_id", *[F.col(f"f.{c}").alias(c) for c in kept])
 
 
-def counted_events(on_time: DataFrame, earlier: DataFrame | None) -> DataFrame:
+def counted_events(on_time: DataFrame, earlier: DataFrame | None, shape: EventShape
+                   ) -> DataFrame:
     """The on-time events that count: the first copy of each event_id in the batch, unless an
     earlier batch already ingested a copy still above the watermark (`earlier`: event_date,
     event_id). A copy at or below the watermark cannot have a counted twin: its twin is late too
     (a re-sent event keeps its event time)."""
-    firsts = first_copies(on_time)
+    firsts = first_copies(on_time, shape)
     if earlier is None:
         return firsts
     return firsts.join(earlier, ["event_date", "event_id"], "left_anti")

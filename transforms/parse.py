@@ -12,6 +12,7 @@ Every input row leaves in exactly one of the two outputs; a quarantined row carr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -19,41 +20,55 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.settings import Settings, spark_interval
+from lakehouse.shape import DEFAULT_SHAPE, EventShape
 
-# Reason codes, in the order they are checked (the first that applies is recorded).
-REASONS = (
-    "payload_too_large",
-    "empty_payload",
-    "invalid_utf8",
-    "invalid_json",
-    "not_an_object",
-    "missing_event_id",
-    "missing_key",
-    "invalid_event_id",
-    "invalid_key",
-    "missing_event_time",
-    "missing_value",
-    "invalid_event_time",
-    "invalid_value",
-    "value_too_precise",
-    "value_out_of_range",
-    "event_time_in_future",
-    "event_time_before_start",
-)
 
-VALUE_TYPE = "decimal(38,6)"
-MAX_ABS_VALUE = "1000000000000000000"  # 1e18: sums of 1e14 events still fit decimal(38,6)
+def reasons(shape: EventShape) -> tuple[str, ...]:
+    """Reason codes, in the order they are checked (the first that applies is recorded): the
+    record, then the id and the dimensions, the time and the measure fields by name."""
+    dims, fields = shape.dimension_names, shape.measure_fields
+    return (
+        "payload_too_large", "empty_payload", "invalid_utf8", "invalid_json", "not_an_object",
+        "missing_event_id", *(f"missing_{d}" for d in dims),
+        "invalid_event_id", *(f"invalid_{d}" for d in dims),
+        "missing_event_time", *(f"missing_{f}" for f in fields),
+        "invalid_event_time", *(f"invalid_{f}" for f in fields),
+        *(f"{f}_too_precise" for f in fields), *(f"{f}_out_of_range" for f in fields),
+        "event_time_in_future", "event_time_before_start",
+    )
+
+
+REASONS = reasons(DEFAULT_SHAPE)  # the default pipeline's (the contract's reason codes)
+
 _EPOCH_MS = r"^[0-9]{1,15}$"
+_EPOCH_S = r"^[0-9]{1,12}(\.[0-9]{1,6})?$"
 _ISO_WITH_OFFSET = (
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,9})?)?"
     r"(Z|z|[+-][0-9]{2}(:?[0-9]{2})?)$"
 )
-# Plain decimal notation with at most 6 significant fractional digits (trailing zeros allowed).
+_TIME_FORMS = {"epoch_millis": "epoch milliseconds", "epoch_seconds": "epoch seconds",
+               "iso8601": "ISO-8601 with an offset"}
+_INTEGER = r"^[+-]?[0-9]{1,18}$"
+_ISO_DATE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+# Plain decimal notation (trailing fractional zeros allowed beyond the scale).
 _PLAIN_NUMBER = r"^[+-]?[0-9]+(\.[0-9]*)?$"
-_AT_MOST_6_DECIMALS = r"^[+-]?[0-9]+(\.[0-9]{0,6}0*)?$"
-# The literal text of a top-level-looking "value" number (any notation), for the rows whose
-# VARIANT holds a double (exponent notation, or more digits than a decimal(38) holds).
-_VALUE_NUMBER_LITERAL = r'"value"\s*:\s*(-?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)'
+
+
+def _at_most_decimals(scale: int) -> str:
+    return rf"^[+-]?[0-9]+(\.[0-9]{{0,{scale}}}0*)?$"
+
+
+def max_abs(measure_type: str) -> str:
+    """Exclusive bound of a measure field's |value|: what decimal(p,s) holds, and at most
+    10^(24-s) so that sums of 10^14 events still fit the sum's decimal(38,s)."""
+    p, s = _precision_scale(measure_type)
+    return "1" + "0" * min(p - s, 24 - s)
+
+
+def _precision_scale(measure_type: str) -> tuple[int, int]:
+    p, s = measure_type[len("decimal("):-1].split(",")
+    return int(p), int(s)
+
 
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 
@@ -90,13 +105,52 @@ def parsed_events(raw: DataFrame, settings: Settings) -> Iterator[tuple[DataFram
 
 
 def _split(classified: DataFrame, settings: Settings) -> tuple[DataFrame, DataFrame]:
-    valid = classified.where(F.col("reason").isNull()).select(*VALID_COLUMNS)
+    valid = classified.where(F.col("reason").isNull()).select(*valid_columns(settings.shape))
     quarantined = quarantine_projection(classified.where(F.col("reason").isNotNull()), settings)
     return valid, quarantined
 
 
+def _path(field: str) -> str:
+    return f"$['{field}']" if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", field) else f"$.{field}"
+
+
+def _event_time(text: Column, formats: tuple[str, ...]) -> Column:
+    """The payload's event time in the declared forms (null when none applies)."""
+    parsed = None
+    for form in formats:
+        pattern, value = {
+            "epoch_millis": (_EPOCH_MS, lambda: F.timestamp_millis(text.cast("long"))),
+            "epoch_seconds": (_EPOCH_S, lambda: F.timestamp_seconds(text.cast("decimal(18,6)"))),
+            "iso8601": (_ISO_WITH_OFFSET, lambda: F.try_to_timestamp(text)),
+        }[form]
+        parsed = (F.when if parsed is None else parsed.when)(text.rlike(pattern), value())
+    return parsed
+
+
+def _dimension(shape: EventShape, name: str) -> tuple[Column, Column, Column]:
+    """(value, missing, invalid) of a dimension. Strings keep a number's JSON text (`123` and
+    `"123"` are one value); an object, array or boolean is no dimension value."""
+    source = {d.name: d.source for d in shape.dimensions}[name]
+    kind = shape.fields[source]
+    text = F.col(f"_{name}_text")
+    missing = _blank(text)
+    not_scalar = _not_scalar(F.col(f"_{name}_type"))
+    if kind == "string":
+        return text, missing, not_scalar
+    if kind == "date":
+        value = F.when(F.trim(text).rlike(_ISO_DATE),
+                       F.try_to_timestamp(F.trim(text), F.lit("yyyy-MM-dd")).cast("date"))
+    else:
+        value = F.when(F.trim(text).rlike(_INTEGER),
+                       F.trim(text).try_cast("int" if kind == "int" else "bigint"))
+    return value, missing, not_scalar | value.isNull()
+
+
 def classify(raw: DataFrame, settings: Settings) -> DataFrame:
-    """VALID_COLUMNS plus `reason` (null for a valid event) and what the quarantine needs."""
+    """valid_columns(shape) plus `reason` (null for a valid event) and what the quarantine
+    needs. The event's fields are read as the pipeline's shape declares them."""
+    shape = settings.shape
+    dims, fields = shape.dimension_names, shape.measure_fields
     # Staged selects: each expensive expression is computed once and referenced by name
     # (Spark does not collapse projections that would duplicate non-cheap expressions).
     df = raw.select(
@@ -114,55 +168,64 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     # Parse only payloads that are valid UTF-8 and not oversized (CASE WHEN is lazy).
     df = df.withColumn("_v", F.when(~too_big & F.col("_utf8"), F.try_parse_json("_text")))
     v = F.col("_v")
+    source = {d.name: d.source for d in shape.dimensions}
+
+    def text_and_type(field: str, alias: str) -> list[Column]:
+        return [F.try_variant_get(v, _path(field), "string").alias(f"_{alias}_text"),
+                F.schema_of_variant(F.try_variant_get(v, _path(field), "variant"))
+                .alias(f"_{alias}_type")]
+
     df = df.select(
         "*",
-        F.try_variant_get(v, "$.event_id", "string").alias("event_id"),
-        F.try_variant_get(v, "$.key", "string").alias("key"),
-        F.schema_of_variant(F.try_variant_get(v, "$.event_id", "variant")).alias("_id_type"),
-        F.schema_of_variant(F.try_variant_get(v, "$.key", "variant")).alias("_key_type"),
-        F.try_variant_get(v, "$.event_time", "string").alias("_time_text"),
-        F.try_variant_get(v, "$.value", "string").alias("_value_text"),
-        F.schema_of_variant(F.try_variant_get(v, "$.value", "variant")).alias("_value_type"),
+        F.try_variant_get(v, _path(shape.event_id), "string").alias("event_id"),
+        F.schema_of_variant(F.try_variant_get(v, _path(shape.event_id), "variant"))
+        .alias("_id_type"),
+        *[c for d in dims for c in text_and_type(source[d], d)],
+        F.try_variant_get(v, _path(shape.event_time.field), "string").alias("_time_text"),
+        *[c for f in fields for c in text_and_type(f, f)],
         F.try_variant_get(v, "$.attributes", "string").alias("attributes"),
         # Valid JSON whose first character is '{' is an object.
         F.ltrim("_text").startswith("{").alias("_is_object"),
     )
 
-    # event_time: epoch milliseconds (number or digit string) or ISO-8601 with an offset.
+    # Measure fields: exact decimals. Plain notation (VARIANT decimal, integer or numeric
+    # string) is cast from its exact text; exponent notation (VARIANT double) is re-read
+    # exactly by Jackson.
+    types = {f: shape.fields[f] for f in fields}
+    exact = {f: f"decimal(38,{max(18, _precision_scale(types[f])[1])})" for f in fields}
+    staged = []
+    for f in fields:
+        text, is_double = F.trim(F.col(f"_{f}_text")), F.col(f"_{f}_type") == "DOUBLE"
+        staged += [
+            F.when(is_double, F.from_json("_text", f"`{f}` {exact[f]}")[f]).alias(f"_{f}_exact"),
+            (text.rlike(_PLAIN_NUMBER) & ~is_double).alias(f"_{f}_plain"),
+            text.rlike(_at_most_decimals(_precision_scale(types[f])[1])).alias(f"_{f}_scale"),
+            text.isin("NaN", "Infinity", "-Infinity").alias(f"_{f}_nonfinite"),
+        ]
     time_text = F.trim(F.col("_time_text"))
-    payload_time = (
-        F.when(time_text.rlike(_EPOCH_MS), F.timestamp_millis(time_text.cast("long")))
-        .when(time_text.rlike(_ISO_WITH_OFFSET), F.try_to_timestamp(time_text))
-    )
+    df = df.select("*", _event_time(time_text, shape.event_time.formats)
+                   .alias("payload_event_time"), *staged)
+    checks: dict[str, tuple[Column, Column, Column]] = {}
+    for f in fields:
+        text, is_double = F.trim(F.col(f"_{f}_text")), F.col(f"_{f}_type") == "DOUBLE"
+        exact_f, plain = F.col(f"_{f}_exact"), F.col(f"_{f}_plain")
+        numeric_like = plain | (is_double & ~F.col(f"_{f}_nonfinite"))
+        too_precise = F.when(plain, ~F.col(f"_{f}_scale")).otherwise(
+            # Same-type comparison: mixed decimal scales would be widened back to the scale.
+            (exact_f.isNotNull() & (exact_f != exact_f.cast(types[f]).cast(exact[f])))
+            # The re-read rounds digits past its scale, so count them in the literal text.
+            | (is_double & _literal_too_precise(F.col("_text"), v, f,
+                                                 _precision_scale(types[f])[1])))
+        df = df.withColumn(
+            f, F.when(plain, text.try_cast(types[f])).otherwise(exact_f.cast(types[f])))
+        value = F.col(f)
+        # The bound may not fit the field's own type (10^16 in decimal(18,2)): at its scale.
+        bound = F.lit(max_abs(types[f])).cast(f"decimal(38,{_precision_scale(types[f])[1]})")
+        in_range = value.isNotNull() & (F.abs(value) < bound)
+        checks[f] = (numeric_like, too_precise, in_range)
+    dimension = {d: _dimension(shape, d) for d in dims}
 
-    # value: exact decimal. Plain notation (VARIANT decimal, integer or numeric string) is cast
-    # from its exact text; exponent notation (VARIANT double) is re-read exactly by Jackson.
-    value_text = F.trim(F.col("_value_text"))
-    is_double = F.col("_value_type") == "DOUBLE"
-    df = df.select(
-        "*",
-        payload_time.alias("payload_event_time"),
-        F.when(is_double, F.from_json("_text", "value decimal(38,18)")["value"]).alias("_exact18"),
-        (value_text.rlike(_PLAIN_NUMBER) & ~is_double).alias("_plain"),
-        value_text.rlike(_AT_MOST_6_DECIMALS).alias("_six"),
-        value_text.isin("NaN", "Infinity", "-Infinity").alias("_nonfinite"),
-    )
-    exact18 = F.col("_exact18")
-    plain = F.col("_plain")
-    numeric_like = plain | (is_double & ~F.col("_nonfinite"))
-    too_precise = F.when(plain, ~F.col("_six")).otherwise(
-        # Same-type comparison: mixed decimal scales would be widened back to scale 6.
-        (exact18.isNotNull() & (exact18 != exact18.cast(VALUE_TYPE).cast("decimal(38,18)")))
-        # decimal(38,18) rounds digits past the 18th, so count them in the literal text.
-        | (is_double & _literal_too_precise(F.col("_text"), v))
-    )
-    df = df.withColumn(
-        "value",
-        F.when(plain, value_text.try_cast(VALUE_TYPE)).otherwise(exact18.cast(VALUE_TYPE)),
-    )
-    value = F.col("value")
     payload_time = F.col("payload_event_time")
-    in_range = value.isNotNull() & (F.abs(value) < F.lit(MAX_ABS_VALUE).cast(VALUE_TYPE))
     skew_s = int(settings.future_skew.total_seconds())
     in_future = payload_time > F.col("kafka_timestamp") + F.expr(f"INTERVAL {skew_s} SECONDS")
     counted_time = (
@@ -178,44 +241,59 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
         .when(v.isNull(), "invalid_json")
         .when(~F.col("_is_object"), "not_an_object")
         .when(_blank(F.col("event_id")), "missing_event_id")
-        .when(_blank(F.col("key")), "missing_key")
-        .when(_not_scalar(F.col("_id_type")), "invalid_event_id")
-        .when(_not_scalar(F.col("_key_type")), "invalid_key")
-        .when(F.col("_time_text").isNull(), "missing_event_time")
-        .when(F.col("_value_text").isNull(), "missing_value")
-        .when(payload_time.isNull(), "invalid_event_time")
-        .when(~numeric_like, "invalid_value")
-        .when(too_precise, "value_too_precise")
-        .when(~in_range, "value_out_of_range")
-        .when(in_future, "event_time_in_future")
-        .when(before_start, "event_time_before_start")
     )
+    for d in dims:
+        reason = reason.when(dimension[d][1], f"missing_{d}")
+    reason = reason.when(_not_scalar(F.col("_id_type")), "invalid_event_id")
+    for d in dims:
+        reason = reason.when(dimension[d][2], f"invalid_{d}")
+    reason = reason.when(F.col("_time_text").isNull(), "missing_event_time")
+    for f in fields:
+        reason = reason.when(F.col(f"_{f}_text").isNull(), f"missing_{f}")
+    reason = reason.when(payload_time.isNull(), "invalid_event_time")
+    for f in fields:
+        reason = reason.when(~checks[f][0], f"invalid_{f}")
+    for f in fields:
+        reason = reason.when(checks[f][1], f"{f}_too_precise")
+    for f in fields:
+        reason = reason.when(~checks[f][2], f"{f}_out_of_range")
+    reason = (reason.when(in_future, "event_time_in_future")
+              .when(before_start, "event_time_before_start"))
+
     event_time = counted_time
+    quarantine_only = quarantine_columns_only(shape)
     df = df.select(
-        *[c for c in VALID_COLUMNS if c not in ("event_time", "event_date", "record_key")],
+        "event_id",
+        *[dimension[d][0].alias(d) for d in dims],
         event_time.alias("event_time"),
-        F.to_date(event_time).alias("event_date"),
+        "payload_event_time",
+        *fields,
+        "attributes",
         F.col("_raw_key").cast("string").alias("record_key"),
+        "topic", "partition", "offset", "kafka_timestamp",
+        F.to_date(event_time).alias("event_date"),
         reason.alias("reason"),
-        "value_bytes", *QUARANTINE_ONLY,
+        "value_bytes", *quarantine_only,
     )
     # What only the quarantine projection reads is kept for rejected rows only: a cached
     # classification then holds no second copy of every valid payload.
     rejected = F.col("reason").isNotNull()
-    return df.select(*[F.when(rejected, F.col(c)).alias(c) if c in QUARANTINE_ONLY else c
+    return df.select(*[F.when(rejected, F.col(c)).alias(c) if c in quarantine_only else c
                        for c in df.columns])
 
 
-QUARANTINE_ONLY = ("_raw_key", "_raw_value", "_time_text", "_value_text", "_exact18", "_id_type",
-                   "_key_type")
+def quarantine_columns_only(shape: EventShape) -> tuple[str, ...]:
+    return ("_raw_key", "_raw_value", "_time_text", "_id_type",
+            *(f"_{d}_{part}" for d in shape.dimension_names for part in ("text", "type")),
+            *(f"_{f}_{part}" for f in shape.measure_fields for part in ("text", "exact")))
 
 
-def _literal_too_precise(text: Column, v: Column) -> Column:
-    """True when a `"value": <number>` literal in the JSON text equals the parsed double and has
-    more than 6 fractional digits once its exponent is applied (1.25E-7 has 9). Only such
-    literals count, so a nested "value" elsewhere in the object cannot decide (unless it is the
-    same number)."""
-    as_double = F.try_variant_get(v, "$.value", "double")
+def _literal_too_precise(text: Column, v: Column, field: str, scale: int) -> Column:
+    """True when a `"<field>": <number>` literal in the JSON text equals the parsed double and
+    has more than `scale` fractional digits once its exponent is applied (1.25E-7 has 9). Only
+    such literals count, so a nested field of that name elsewhere in the object cannot decide
+    (unless it is the same number)."""
+    as_double = F.try_variant_get(v, _path(field), "double")
 
     def fractional_digits(literal: Column) -> Column:
         fraction = F.regexp_replace(F.regexp_extract(literal, r"\.([0-9]*)", 1), "0+$", "")
@@ -223,9 +301,11 @@ def _literal_too_precise(text: Column, v: Column) -> Column:
             F.regexp_extract(literal, r"[eE]([+-]?[0-9]+)", 1).try_cast("int"), F.lit(0))
         return F.length(fraction) - exponent
 
-    literals = F.regexp_extract_all(text, F.lit(_VALUE_NUMBER_LITERAL), 1)
+    # The literal text of a top-level-looking number of that field (any notation).
+    pattern = rf'"{re.escape(field)}"\s*:\s*(-?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)'
+    literals = F.regexp_extract_all(text, F.lit(pattern), 1)
     return F.exists(literals, lambda lit: (lit.try_cast("double") == as_double)
-                    & (fractional_digits(lit) > 6))
+                    & (fractional_digits(lit) > scale))
 
 
 def _not_a_string(field: str, type_column: str) -> Column:
@@ -237,27 +317,43 @@ def _not_a_string(field: str, type_column: str) -> Column:
 def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
     """QUARANTINE_COLUMNS from `classify` output; apply after filtering on `reason`, so the
     base64 encoding and details are computed for rejected rows only."""
+    shape = settings.shape
     reason = F.col("reason")
+    forms = " nor ".join(_TIME_FORMS[f] for f in sorted(shape.event_time.formats))
+    time_field = shape.event_time.field
     detail = (
         F.when(reason == "payload_too_large",
                F.format_string("%d bytes > MAX_EVENT_BYTES=%d", "value_bytes",
                                F.lit(settings.max_event_bytes)))
         .when(reason == "invalid_event_time",
-              F.concat(F.lit("event_time="), F.substring("_time_text", 1, 80),
-                       F.lit(" is neither epoch milliseconds nor ISO-8601 with an offset")))
-        .when(reason.isin("invalid_value", "value_too_precise", "value_out_of_range"),
-              F.concat(F.lit("value="),
-                       F.substring(F.coalesce(F.col("_exact18").cast("string"),
-                                              F.col("_value_text")), 1, 80),
-                       F.lit(f" (exact decimal, at most 6 fractional digits, |v| < {MAX_ABS_VALUE})")))
-        .when(reason == "invalid_event_id", _not_a_string("event_id", "_id_type"))
-        .when(reason == "invalid_key", _not_a_string("key", "_key_type"))
-        .when(reason == "event_time_before_start",
-              F.concat(F.lit("event_time="), F.col("_time_text"),
-                       F.lit(f" is before LAKEHOUSE_START_DATE={settings.partitions_start_date}"
-                             " (epoch seconds sent as milliseconds?)")))
+              F.concat(F.lit(f"{time_field}="), F.substring("_time_text", 1, 80),
+                       F.lit(f" is {'neither ' if ' nor ' in forms else 'not '}{forms}")))
+        .when(reason == "invalid_event_id", _not_a_string(shape.event_id, "_id_type"))
+    )
+    for f in shape.measure_fields:
+        kind = shape.fields[f]
+        detail = detail.when(
+            reason.isin(f"invalid_{f}", f"{f}_too_precise", f"{f}_out_of_range"),
+            F.concat(F.lit(f"{f}="),
+                     F.substring(F.coalesce(F.col(f"_{f}_exact").cast("string"),
+                                            F.col(f"_{f}_text")), 1, 80),
+                     F.lit(f" (exact decimal, at most {_precision_scale(kind)[1]} fractional "
+                           f"digits, |v| < {max_abs(kind)})")))
+    for d in shape.dimensions:
+        kind = shape.fields[d.source]
+        detail = detail.when(
+            reason == f"invalid_{d.name}",
+            _not_a_string(d.name, f"_{d.name}_type") if kind == "string" else
+            F.concat(F.lit(f"{d.name}="), F.substring(f"_{d.name}_text", 1, 80),
+                     F.lit(f" is not {'an ISO date' if kind == 'date' else 'an integer'}")))
+    detail = (
+        detail.when(reason == "event_time_before_start",
+                    F.concat(F.lit(f"{time_field}="), F.col("_time_text"),
+                             F.lit(f" is before LAKEHOUSE_START_DATE="
+                                   f"{settings.partitions_start_date}"
+                                   " (epoch seconds sent as milliseconds?)")))
         .when(reason == "event_time_in_future",
-              F.concat(F.lit("event_time="), F.col("_time_text"), F.lit(" is more than "),
+              F.concat(F.lit(f"{time_field}="), F.col("_time_text"), F.lit(" is more than "),
                        F.lit(spark_interval(settings.future_skew)),
                        F.lit(" after the broker append time")))
     )
@@ -275,20 +371,14 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
     )
 
 
-VALID_COLUMNS = (
-    "event_id",
-    "key",
-    "event_time",
-    "payload_event_time",
-    "value",
-    "attributes",
-    "record_key",
-    "topic",
-    "partition",
-    "offset",
-    "kafka_timestamp",
-    "event_date",
-)
+def valid_columns(shape: EventShape) -> tuple[str, ...]:
+    """A valid event's columns (bronze's, before its batch bookkeeping)."""
+    return ("event_id", *shape.dimension_names, "event_time", "payload_event_time",
+            *shape.measure_fields, "attributes", "record_key", "topic", "partition", "offset",
+            "kafka_timestamp", "event_date")
+
+
+VALID_COLUMNS = valid_columns(DEFAULT_SHAPE)
 QUARANTINE_COLUMNS = (
     "reason",
     "detail",

@@ -7,7 +7,6 @@ from datetime import date, datetime, timedelta
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.catalog import WINDOW_ID as KEY
 from lakehouse.settings import Settings, from_micros
 from transforms.counting import events_for_date
 from transforms.windows import aggregate_windows, with_window_bounds
@@ -19,7 +18,7 @@ def recompute(bronze: DataFrame, settings: Settings, d: date, scope: DataFrame |
     event time) plus the other copies of their ids."""
     if scope is None:
         return aggregate_windows(events_for_date(bronze, settings, d), settings)
-    keys = list(KEY)
+    keys = list(settings.shape.window_id)
     # As epoch micros, not datetimes: collect() would give naive local times (wrong across a
     # DST change when the Python process is not in UTC).
     starts = sorted(from_micros(r.us) for r in scope.select(

@@ -9,6 +9,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.settings import Settings, spark_interval
+from lakehouse.shape import EventShape
 
 
 def fingerprint(event_id: Column) -> Column:
@@ -16,36 +17,44 @@ def fingerprint(event_id: Column) -> Column:
     return F.xxhash64(event_id).cast("decimal(20,0)")
 
 
-def measures() -> list[Column]:
-    return [
-        F.count(F.lit(1)).alias("event_count"),
-        F.sum("value").cast("decimal(38,6)").alias("value_sum"),
-        F.min("value").alias("value_min"),
-        F.max("value").alias("value_max"),
-        F.sum(fingerprint(F.col("event_id"))).cast("decimal(38,0)").alias("event_fingerprint"),
-    ]
+def measures(shape: EventShape) -> list[Column]:
+    """The shape's aggregates: the count, each decimal field's sum (widened to 38 digits at its
+    scale), min and max, and the fingerprint of the ids counted."""
+    out = [F.count(F.lit(1)).alias("event_count")]
+    for m in shape.measures:
+        for column, kind in shape.measure_columns_of(m):
+            aggregate = column[len(m.column_prefix) + 1:]
+            agg = {"sum": F.sum, "min": F.min, "max": F.max}[aggregate](m.field)
+            out.append((agg.cast(kind) if aggregate == "sum" else agg).alias(column))
+    out.append(
+        F.sum(fingerprint(F.col("event_id"))).cast("decimal(38,0)").alias("event_fingerprint"))
+    return out
 
 
 def window_of(settings: Settings, time_col: str = "event_time") -> Column:
     return F.window(time_col, spark_interval(settings.window_size))
 
 
-def flatten_window(df: DataFrame, window_col: str = "window") -> DataFrame:
-    """(window struct, key, measures...) -> event_date, window_start, window_end, key, measures."""
-    others = [c for c in df.columns if c not in (window_col, "key")]
+def flatten_window(df: DataFrame, shape: EventShape, window_col: str = "window") -> DataFrame:
+    """(window struct, dimensions, measures...) -> event_date, window_start, window_end,
+    dimensions, measures."""
+    dims = shape.dimension_names
+    others = [c for c in df.columns if c != window_col and c not in dims]
     return df.select(
         F.to_date(F.col(f"{window_col}.start")).alias("event_date"),
         F.col(f"{window_col}.start").alias("window_start"),
         F.col(f"{window_col}.end").alias("window_end"),
-        "key",
+        *dims,
         *others,
     )
 
 
 def aggregate_windows(events: DataFrame, settings: Settings) -> DataFrame:
-    """Batch aggregation of already-deduplicated events into tumbling windows per key."""
-    agg = events.groupBy(window_of(settings).alias("window"), "key").agg(*measures())
-    return flatten_window(agg)
+    """Batch aggregation of already-deduplicated events into tumbling windows per dimensions."""
+    shape = settings.shape
+    agg = events.groupBy(window_of(settings).alias("window"), *shape.dimension_names).agg(
+        *measures(shape))
+    return flatten_window(agg, shape)
 
 
 def with_window_bounds(events: DataFrame, settings: Settings) -> DataFrame:

@@ -19,8 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import delta_log
-from lakehouse.catalog import CORRECTIONS, LATE, MEASURE_COLUMNS, RECONCILED
-from lakehouse.catalog import WINDOW_ID as KEY
+from lakehouse.catalog import CORRECTIONS, LATE, RECONCILED
 from lakehouse.commit_tags import PIPELINE_TAG
 from lakehouse.settings import Settings
 from spark_jobs.tables import read_changes, read_table
@@ -54,13 +53,13 @@ def corrections_in(spark: SparkSession, settings: Settings, d: date, first: int,
                .where(F.col("event_date") == F.lit(d)))
     if commits is not None:
         changes = changes.where(F.col("_commit_version").isin(list(commits)))
-    on = [*KEY, "_commit_version"]
+    on = [*settings.shape.window_id, "_commit_version"]
     pre = changes.where(F.col("_change_type").isin("update_preimage", "delete"))
     post = changes.where(F.col("_change_type").isin("update_postimage", "insert"))
     late = (read_table(spark, settings, LATE).where(F.col("event_date") == F.lit(d))
-            .select(*KEY).distinct().withColumn("has_late", F.lit(True)))
+            .select(*settings.shape.window_id).distinct().withColumn("has_late", F.lit(True)))
     joined = (post.alias("a").join(pre.alias("b"), on, "full_outer")
-              .join(F.broadcast(late).alias("l"), list(KEY), "left"))
+              .join(F.broadcast(late).alias("l"), list(settings.shape.window_id), "left"))
     removed = F.col("a.revision").isNull()
     revision = F.when(removed, F.col("b.revision") + 1).otherwise(F.col("a.revision"))
     is_correction = removed | ((F.col("a.status") == "corrected") & (
@@ -78,7 +77,7 @@ def corrections_in(spark: SparkSession, settings: Settings, d: date, first: int,
         F.coalesce("a.event_date", "b.event_date").alias("event_date"),
         "window_start",
         F.coalesce("a.window_end", "b.window_end").alias("window_end"),
-        "key",
+        *settings.shape.dimension_names,
         revision.cast("int").alias("revision"),
         F.coalesce(
             forced,
@@ -87,8 +86,8 @@ def corrections_in(spark: SparkSession, settings: Settings, d: date, first: int,
                   "duplicate")
             .otherwise("reprocess"),
         ).alias("cause"),
-        *[F.col(f"b.{m}").alias(f"before_{m}") for m in MEASURE_COLUMNS],
-        *[F.col(f"a.{m}").alias(f"after_{m}") for m in MEASURE_COLUMNS],
+        *[F.col(f"b.{m}").alias(f"before_{m}") for m in settings.shape.measure_columns],
+        *[F.col(f"a.{m}").alias(f"after_{m}") for m in settings.shape.measure_columns],
         F.coalesce("a._commit_timestamp", "b._commit_timestamp").alias("corrected_at"),
         run_col.cast("string").alias("run_id"),
     )
@@ -97,8 +96,8 @@ def corrections_in(spark: SparkSession, settings: Settings, d: date, first: int,
 def append_new(spark: SparkSession, settings: Settings, d: date, rows: DataFrame) -> int:
     """Insert the rows whose (window, key, revision) the changelog does not hold; the count."""
     logged = (read_table(spark, settings, CORRECTIONS).where(F.col("event_date") == F.lit(d))
-              .select(*KEY, "revision"))
-    rows = rows.join(logged, [*KEY, "revision"], "left_anti").localCheckpoint(eager=True)
+              .select(*settings.shape.window_id, "revision"))
+    rows = rows.join(logged, [*settings.shape.window_id, "revision"], "left_anti").localCheckpoint(eager=True)
     try:
         n = rows.count()
         if n:  # the MERGE only guards against a writer outside the date's lock

@@ -12,8 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import delta_log
-from lakehouse.catalog import CORRECTIONS, MEASURE_COLUMNS, RECONCILED
-from lakehouse.catalog import WINDOW_ID as KEY
+from lakehouse.catalog import CORRECTIONS, RECONCILED
 from lakehouse.commit_tags import stream_watermark
 from lakehouse.correction_result import CorrectionResult
 from lakehouse.settings import Settings
@@ -21,9 +20,9 @@ from spark_jobs.corrections.changelog import log_published
 from spark_jobs.tables import read_table
 
 
-def _measures_equal(a: str, b: str) -> F.Column:
+def _measures_equal(a: str, b: str, measures: tuple[str, ...]) -> F.Column:
     cond = F.lit(True)
-    for m in MEASURE_COLUMNS:
+    for m in measures:
         cond = cond & F.col(f"{a}.{m}").eqNullSafe(F.col(f"{b}.{m}"))
     return cond
 
@@ -43,18 +42,20 @@ def publish(
     late events; `duplicate` when it lost events without any (another copy of an event id now
     comes first); else `reprocess` (a recompute not explained by new data, such as the repair of
     a change made outside the pipeline). `cause` forces one (a reprocess run)."""
+    shape = settings.shape
+    keys, dims, measures = shape.window_id, shape.dimension_names, shape.measure_columns
     result.watermark = stream_watermark(settings)
     wm = F.lit(result.watermark) if result.watermark else F.lit(None).cast("timestamp")
     now = datetime.now(UTC)
     gold = read_table(spark, settings, RECONCILED).where(F.col("event_date") == F.lit(d))
     if scope is not None:
-        gold = gold.join(F.broadcast(scope), list(KEY), "left_semi")
+        gold = gold.join(F.broadcast(scope), list(keys), "left_semi")
     # Windows with a changelog: a window removed and later re-inserted continues its revisions
     # (it does not restart at 0 and overwrite the changelog of its earlier life).
     history = (
         read_table(spark, settings, CORRECTIONS)
         .where(F.col("event_date") == F.lit(d))
-        .groupBy(*KEY)
+        .groupBy(*keys)
         .agg(F.max("revision").alias("last_revision"),
              # The last revision recorded the window as absent (a removal); else a gold row
              # was removed outside the pipeline, and its re-insert restores that revision.
@@ -63,25 +64,25 @@ def publish(
     closed = F.coalesce(F.col("n.window_end") <= wm, F.lit(False))
     diff = (
         recomputed.alias("n")
-        .join(gold.alias("o"), [F.col(f"n.{k}") == F.col(f"o.{k}") for k in KEY], "full_outer")
+        .join(gold.alias("o"), [F.col(f"n.{k}") == F.col(f"o.{k}") for k in keys], "full_outer")
         .join(
             F.broadcast(history).alias("h"),
-            [F.coalesce(F.col(f"n.{k}"), F.col(f"o.{k}")) == F.col(f"h.{k}") for k in KEY],
+            [F.coalesce(F.col(f"n.{k}"), F.col(f"o.{k}")) == F.col(f"h.{k}") for k in keys],
             "left",
         )
         .select(
             F.coalesce("n.event_date", "o.event_date").alias("event_date"),
             F.coalesce("n.window_start", "o.window_start").alias("window_start"),
             F.coalesce("n.window_end", "o.window_end").alias("window_end"),
-            F.coalesce("n.key", "o.key").alias("key"),
-            *[F.col(f"o.{m}").alias(f"before_{m}") for m in MEASURE_COLUMNS],
-            *[F.col(f"n.{m}").alias(f"after_{m}") for m in MEASURE_COLUMNS],
+            *[F.coalesce(f"n.{c}", f"o.{c}").alias(c) for c in dims],
+            *[F.col(f"o.{m}").alias(f"before_{m}") for m in measures],
+            *[F.col(f"n.{m}").alias(f"after_{m}") for m in measures],
             F.col("o.revision").alias("old_revision"),
             F.col("o.status").alias("old_status"),
             F.col("h.last_revision"), F.col("h.last_removed"),
-            F.when(F.col("o.key").isNull(), "insert")
-            .when(F.col("n.key").isNull(), "remove")
-            .when(~_measures_equal("n", "o"), "change")
+            F.when(F.col("o.window_start").isNull(), "insert")
+            .when(F.col("n.window_start").isNull(), "remove")
+            .when(~_measures_equal("n", "o", measures), "change")
             .when((F.col("o.status") == "open") & closed, "finalize")
             .alias("action"),
             closed.alias("closed"),
@@ -128,19 +129,18 @@ def publish(
             return result
         date_pred = f"t.event_date = DATE'{d.isoformat()}'"
         src = diff.select(
-            "event_date", "window_start", "window_end", "key", "action", "revision", "status",
-            *[F.col(f"after_{m}").alias(m) for m in MEASURE_COLUMNS],
+            "event_date", "window_start", "window_end", *dims, "action", "revision", "status",
+            *[F.col(f"after_{m}").alias(m) for m in measures],
             F.lit(now).alias("updated_at"),
         )
         values = {c: F.col(f"s.{c}") for c in (
-            "event_date", "window_start", "window_end", "key", *MEASURE_COLUMNS,
+            "event_date", "window_start", "window_end", *dims, *measures,
             "revision", "status", "updated_at")}
         before = delta_log.version(settings, RECONCILED.name)
         with result.timed("gold_merge"):
             (
                 DeltaTable.forPath(spark, settings.table_path(RECONCILED.name)).alias("t")
-                .merge(src.alias("s"), f"{date_pred} AND t.window_start = s.window_start "
-                       "AND t.key = s.key")
+                .merge(src.alias("s"), date_pred + "".join(f" AND t.{k} = s.{k}" for k in keys))
                 .whenMatchedDelete(condition="s.action = 'remove'")
                 .whenMatchedUpdate(set=values)
                 .whenNotMatchedInsert(condition="s.action != 'remove'", values=values)

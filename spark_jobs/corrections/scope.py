@@ -9,7 +9,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.catalog import BRONZE, RECONCILED
-from lakehouse.catalog import WINDOW_ID as KEY
 from lakehouse.correction_result import CorrectionResult
 from lakehouse.settings import Settings
 from spark_jobs.tables import read_changes, read_table
@@ -18,14 +17,14 @@ from transforms.windows import with_window_bounds
 
 def affected_windows(spark: SparkSession, settings: Settings, d: date, bronze: DataFrame,
                      first: int, last: int) -> DataFrame:
-    """(window_start, key) of `d` whose counted events may differ after bronze commits
+    """(window_start, dimensions) of `d` whose counted events may differ after bronze commits
     first..last: windows of changed rows, windows of every other copy of their event ids (a new
     copy can come first in arrival order), and gold windows still open (they may close)."""
-    keys = list(KEY)
+    keys = list(settings.shape.window_id)
     changed = (
         read_changes(spark, settings, BRONZE, first, last)
         .where(F.col("event_date") == F.lit(d))
-        .select("event_id", "event_time", "key")
+        .select("event_id", "event_time", *settings.shape.dimension_names)
     )
     copies = bronze.join(F.broadcast(changed.select("event_id").distinct()), "event_id",
                          "left_semi")
@@ -50,7 +49,7 @@ def incremental_scope(spark: SparkSession, settings: Settings, d: date, bronze: 
     if state.bronze_version >= bronze_version:
         scope = (read_table(spark, settings, RECONCILED)
                  .where((F.col("event_date") == F.lit(d)) & (F.col("status") == "open"))
-                 .select(*KEY))
+                 .select(*settings.shape.window_id))
         return scope.localCheckpoint(eager=True)
     try:
         return affected_windows(spark, settings, d, bronze, state.bronze_version + 1,
