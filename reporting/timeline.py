@@ -196,6 +196,7 @@ def collect_timeline(
     histogram, what_if = _lag_behind_max(bronze, edges) if stats.rows else (None, ())
     overall = {} if not stats.rows else {"p50": stats.pct[0], "p99": stats.pct[1], "max": stats.max_s}
     return TimelineData(
+        pipeline=settings.pipeline,
         topic=settings.events_topic,
         generated_at=datetime.now(UTC),
         watermark_delay=settings.watermark_delay,

@@ -71,6 +71,7 @@ class TimelineData:
     topic: str
     generated_at: datetime
     watermark_delay: timedelta
+    pipeline: str = "default"
     start: datetime | None = None
     end: datetime | None = None
     bucket: timedelta | None = None
@@ -308,7 +309,8 @@ def payload(data: TimelineData) -> dict[str, Any]:
                          if hist else []}
     series[WHAT_IF] = {"unit": "records", "points": [[d.total_seconds(), c] for d, c in data.what_if]}
     return {
-        "topic": data.topic, "generated_at": iso(data.generated_at), "start": iso(data.start),
+        "pipeline": data.pipeline, "topic": data.topic, "generated_at": iso(data.generated_at),
+        "start": iso(data.start),
         "end": iso(data.end), "bucket_seconds": data.bucket.total_seconds() if data.bucket else None,
         "watermark_delay_seconds": data.watermark_delay.total_seconds(),
         "late_events_rows": data.late_events_rows, "bronze_rows": data.bronze_rows,
@@ -321,6 +323,7 @@ def summary(data: TimelineData) -> dict[str, Any]:
     """A compact dict for Dagster metadata: point counts, lateness percentiles, what-if counts."""
     body = payload(data)
     return {
+        "pipeline": data.pipeline,
         "topic": data.topic,
         "generated_at": body["generated_at"],
         "bucket_seconds": body["bucket_seconds"],
@@ -350,7 +353,8 @@ def _header(data: TimelineData) -> str:
         facts.append(f"newest event time {shown(data.newest_event_time)} ({fmt_duration(age)} before generation)")
     if data.lateness_overall:
         facts.append("lateness " + ", ".join(f"{k} {fmt_duration(v)}" for k, v in data.lateness_overall.items()))
-    return (f"<h1>Event-time timeline — topic {html.escape(data.topic)}</h1>"
+    return (f"<h1>Event-time timeline — pipeline {html.escape(data.pipeline)}, topic "
+            f"{html.escape(data.topic)}</h1>"
             f'<p class="meta">{html.escape(" · ".join(facts))}</p>')
 
 
@@ -383,7 +387,8 @@ def render(data: TimelineData) -> str:
     plot = ("(function(){var f=JSON.parse(document.getElementById('timeline-figure').textContent);"
             f"Plotly.newPlot('timeline',f.data,f.layout,{json.dumps(PLOT_CONFIG)});}})();")
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f"<title>Timeline — {html.escape(data.topic)} — {shown(data.generated_at)}</title>"
+            f"<title>Timeline — {html.escape(data.pipeline)} — {html.escape(data.topic)} — "
+            f"{shown(data.generated_at)}</title>"
             f"<style>{CSS}</style>"
             # plotly.js inline, once per page (the bundle `include_plotlyjs=True` embeds).
             f'<script type="text/javascript">{get_plotlyjs()}</script></head>'

@@ -41,6 +41,7 @@ def bronze_summary(spark: SparkSession, settings: Settings, batch_ids: list[int]
             .groupBy("reason").agg(F.count("*").alias("n")).collect()
         }
     return {
+        "pipeline": settings.pipeline,
         "bronze_rows": bronze.rows,
         # From the files' statistics: to the millisecond.
         "newest_event_time": _iso(bronze.max["event_time"]),
