@@ -154,6 +154,14 @@ def _positive(td: timedelta) -> timedelta:
     return td
 
 
+def _divides_a_day(td: timedelta) -> timedelta:
+    ms = int(td.total_seconds() * 1000)
+    if ms <= 0 or (86400 * 1000) % ms:
+        raise ValueError("must be positive and divide a day evenly (windows never straddle "
+                         "midnight, so every window has one event_date)")
+    return td
+
+
 def _cron(text: str) -> str:
     if len(text.split()) != 5:
         raise ValueError("must be a 5-field cron expression (UTC)")
@@ -205,7 +213,8 @@ class Settings(BaseSettings):
     events_topic: Annotated[str, AfterValidator(_topic)] = _env("EVENTS_TOPIC", "events")
     # A local path or a URI (file://, s3a://bucket/prefix, abfss://, gs://): lakehouse.storage.
     lakehouse_root: str = _env("LAKEHOUSE_ROOT", "./.lakehouse")
-    window_size: Duration = _env("WINDOW_SIZE", timedelta(minutes=1))
+    window_size: Annotated[Duration, AfterValidator(_divides_a_day)] = _env(
+        "WINDOW_SIZE", timedelta(minutes=1))
     watermark_delay: Duration = _env("WATERMARK_DELAY", timedelta(seconds=30))
     correction_horizon: Duration = _env("CORRECTION_HORIZON", timedelta(days=7))
     timestamp_policy: Literal["event_time", "kafka_timestamp"] = _env(
@@ -258,11 +267,6 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
-        ms = int(self.window_size.total_seconds() * 1000)
-        if ms <= 0 or (86400 * 1000) % ms:
-            raise ValueError(f"WINDOW_SIZE ({self.window_size}) must divide a day evenly "
-                             "(windows never straddle midnight, so every window has one "
-                             "event_date)")
         if self.correction_horizon < self.watermark_delay:
             raise ValueError(f"CORRECTION_HORIZON ({self.correction_horizon}) must be at least "
                              f"WATERMARK_DELAY ({self.watermark_delay})")

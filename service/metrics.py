@@ -48,7 +48,7 @@ from lakehouse.kafka_admin import PartitionOffsets, consumer_lag, topic_offsets
 from lakehouse.progress_reports import BatchReport
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
-from transforms.parse import REASONS
+from transforms.parse import reasons
 
 QUERIES = (INGEST_QUERY,)
 ADDRESS = "127.0.0.1"
@@ -56,6 +56,21 @@ POLL_SECONDS = 5.0
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, math.inf)
 # Before its first event a query reports watermark 0 (1970-01-01): that is "no watermark yet".
 NO_WATERMARK_BEFORE_S = 86_400
+
+
+class PipelineRegistry(CollectorRegistry):
+    """A registry whose every sample carries `pipeline="<name>"`: a service runs one pipeline,
+    and one Prometheus scrapes them all."""
+
+    def __init__(self, pipeline: str):
+        super().__init__()
+        self.pipeline = pipeline
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in super().collect():  # fresh objects per collection: safe to relabel
+            metric.samples = [s._replace(labels={"pipeline": self.pipeline, **s.labels})
+                              for s in metric.samples]
+            yield metric
 
 
 # ---- Delta logs ----------------------------------------------------------------------------------
@@ -97,7 +112,7 @@ class StreamMetrics:
                  offsets: Callable[[Settings], list[PartitionOffsets]] = topic_offsets,
                  clock: Callable[[], float] = time.time, poll_seconds: float = POLL_SECONDS):
         self.settings = settings
-        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry = registry if registry is not None else PipelineRegistry(settings.pipeline)
         self._offsets = offsets
         self._clock = clock
         self.poll_seconds = poll_seconds
@@ -140,7 +155,7 @@ class StreamMetrics:
             self.batch_duration.labels(q)
             self.input_records.labels(q)
         self.dropped.labels(INGEST_QUERY)
-        for reason in REASONS:
+        for reason in reasons(settings.shape):
             self.quarantined.labels(reason)
         for source in ("kafka", "quarantined_events", "late_events", "bronze_events"):
             self.poll_errors.labels(source)

@@ -38,8 +38,8 @@ def scrape(port: int) -> Samples:
         return parse(response.read().decode("utf-8"))
 
 
-def value(samples: Samples, name: str, **labels) -> float | None:
-    return samples.get((name, frozenset(labels.items())))
+def value(samples: Samples, name: str, pipeline: str = "default", **labels) -> float | None:
+    return samples.get((name, frozenset({"pipeline": pipeline, **labels}.items())))
 
 
 def by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
@@ -167,6 +167,8 @@ def test_quarantine_and_late_counts_follow_the_delta_log(tmp_path):
     # Every late event is a row the watermark kept out of the aggregates.
     assert value(samples, "lakehouse_stream_rows_dropped_by_watermark_total", query="ingest") == 4
     assert value(samples, "lakehouse_metrics_poll_errors_total", source="quarantined_events") == 0
+    # One service per pipeline: every sample names it.
+    assert {dict(labels).get("pipeline") for _, labels in samples} == {"default"}
 
 
 # ---- the service, end to end ---------------------------------------------------------------------
