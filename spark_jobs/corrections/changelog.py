@@ -97,14 +97,14 @@ def append_new(spark: SparkSession, settings: Settings, d: date, rows: DataFrame
     """Insert the rows whose (window, key, revision) the changelog does not hold; the count."""
     logged = (read_table(spark, settings, CORRECTIONS).where(F.col("event_date") == F.lit(d))
               .select(*settings.shape.window_id, "revision"))
-    rows = rows.join(logged, [*settings.shape.window_id, "revision"], "left_anti").localCheckpoint(eager=True)
+    keys = [*settings.shape.window_id, "revision"]
+    rows = rows.join(logged, keys, "left_anti").localCheckpoint(eager=True)
     try:
         n = rows.count()
         if n:  # the MERGE only guards against a writer outside the date's lock
             (DeltaTable.forPath(spark, settings.table_path(CORRECTIONS.name)).alias("t")
-             .merge(rows.alias("s"), f"t.event_date = DATE'{d.isoformat()}' AND "
-                    "t.window_start = s.window_start AND t.key = s.key "
-                    "AND t.revision = s.revision")
+             .merge(rows.alias("s"), f"t.event_date = DATE'{d.isoformat()}'"
+                    + "".join(f" AND t.{k} = s.{k}" for k in keys))
              .whenNotMatchedInsertAll()
              .execute())
         return n
