@@ -2,26 +2,19 @@
 
 
 import time
+from functools import cache
 
 import dagster as dg
 
 from assets.observe.topic import topic_metadata
+from assets.pipelines import DEFAULT, Pipeline
 from assets.resources import KafkaResource, LakehouseResource, SparkResource
 from lakehouse.catalog import BRONZE, LATE, QUARANTINE, STREAMING
 from lakehouse.progress_reports import BatchReport
 from spark_jobs import stream
 from spark_jobs.run_metadata import bronze_summary, streaming_summary
 
-STREAM_POOL = "lakehouse_stream"  # one catch-up per checkpoint at a time
-
-
-@dg.asset(key="raw_events", group_name="ingest", kinds={"kafka"},
-       description="The Kafka topic of business events (LogAppendTime): offsets and lag.")
-def raw_events(kafka: KafkaResource) -> dg.MaterializeResult:
-    """Creates the topic when missing; the sensor `topic_observation_sensor` keeps observing it."""
-    created = kafka.ensure_topic()
-    return dg.MaterializeResult(metadata={"created": created, **topic_metadata(kafka)})
-
+STREAM_POOL = "lakehouse_stream"  # one catch-up per checkpoint at a time (per pipeline)
 
 BATCH_SCHEMA = dg.TableSchema(columns=[
     dg.TableColumn("batch_id", "int"), dg.TableColumn("input_rows", "int"),
@@ -48,42 +41,62 @@ def _run_metadata(progresses: list[dict], seconds: float) -> dict:
     }
 
 
-@dg.multi_asset(
-    name="ingest",
-    specs=[
-        dg.AssetSpec("bronze_events", deps=["raw_events"], group_name="ingest",
-                  kinds={"spark", "delta"}, skippable=True,
-                  description="Every valid Kafka record once (+ quarantined_events for malformed "
-                              "ones), written by the one-pass ingest query."),
-        dg.AssetSpec("streaming_aggregates", deps=["bronze_events"], group_name="ingest",
-                  kinds={"spark", "delta"}, skippable=True,
-                  description="Fast provisional windows (explicit watermark, dedup by event_id) "
-                              "and the late-event lane, written by the same batches as bronze."),
-    ],
-    can_subset=True,
-    pool=STREAM_POOL,
-    description="One checkpointed availableNow catch-up of the ingest query: each micro-batch "
-                "classifies its records once and writes bronze, quarantine, the late lane and "
-                "the aggregates.",
-)
-def ingest(context: dg.AssetExecutionContext, lakehouse: LakehouseResource, spark: SparkResource):
-    """Whichever of the two assets a run selects, the catch-up is the same one pass (the
-    tables it writes are never advanced apart); each selected asset reports its side."""
-    settings = lakehouse.settings
-    t0 = time.monotonic()
-    progresses = stream.run_available_now(spark.session, settings)
-    common = _run_metadata(progresses, time.monotonic() - t0)
-    batch_ids = [int(p["batchId"]) for p in progresses]
-    selected = {k.to_user_string() for k in context.selected_asset_keys}
-    if "bronze_events" in selected:
-        yield dg.MaterializeResult(asset_key="bronze_events", metadata={
-            **common, **bronze_summary(spark.session, settings, batch_ids),
-            "path": dg.MetadataValue.path(settings.table_path(BRONZE.name)),
-            "quarantine_path": dg.MetadataValue.path(settings.table_path(QUARANTINE.name)),
-        })
-    if "streaming_aggregates" in selected:
-        yield dg.MaterializeResult(asset_key="streaming_aggregates", metadata={
-            **common, **streaming_summary(spark.session, settings, batch_ids),
-            "path": dg.MetadataValue.path(settings.table_path(STREAMING.name)),
-            "late_events_path": dg.MetadataValue.path(settings.table_path(LATE.name)),
-        })
+@cache
+def ingest_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
+    """Pipeline `p`'s topic and the one-pass catch-up of its stream."""
+
+    @dg.asset(key=p.key("raw_events"), group_name=p.group("ingest"), kinds={"kafka"},
+              description="The Kafka topic of business events (LogAppendTime): offsets and lag.")
+    def raw_events(kafka: KafkaResource) -> dg.MaterializeResult:
+        """Creates the topic when missing; the sensor `topic_observation_sensor` keeps observing
+        it."""
+        created = kafka.ensure_topic(p.name)
+        return dg.MaterializeResult(metadata={"created": created, **topic_metadata(kafka, p.name)})
+
+    bronze, aggregates = p.key("bronze_events"), p.key("streaming_aggregates")
+
+    @dg.multi_asset(
+        name=p.named("ingest"),
+        specs=[
+            dg.AssetSpec(bronze, deps=[raw_events.key], group_name=p.group("ingest"),
+                         kinds={"spark", "delta"}, skippable=True,
+                         description="Every valid Kafka record once (+ quarantined_events for "
+                                     "malformed ones), written by the one-pass ingest query."),
+            dg.AssetSpec(aggregates, deps=[bronze], group_name=p.group("ingest"),
+                         kinds={"spark", "delta"}, skippable=True,
+                         description="Fast provisional windows (explicit watermark, dedup by "
+                                     "event_id) and the late-event lane, written by the same "
+                                     "batches as bronze."),
+        ],
+        can_subset=True,
+        pool=p.named(STREAM_POOL),
+        description="One checkpointed availableNow catch-up of the ingest query: each micro-batch "
+                    "classifies its records once and writes bronze, quarantine, the late lane and "
+                    "the aggregates.",
+    )
+    def ingest(context: dg.AssetExecutionContext, lakehouse: LakehouseResource,
+               spark: SparkResource):
+        """Whichever of the two assets a run selects, the catch-up is the same one pass (the
+        tables it writes are never advanced apart); each selected asset reports its side."""
+        settings = lakehouse.settings_for(p.name)
+        t0 = time.monotonic()
+        progresses = stream.run_available_now(spark.session, settings)
+        common = _run_metadata(progresses, time.monotonic() - t0)
+        batch_ids = [int(b["batchId"]) for b in progresses]
+        if bronze in context.selected_asset_keys:
+            yield dg.MaterializeResult(asset_key=bronze, metadata={
+                **common, **bronze_summary(spark.session, settings, batch_ids),
+                "path": dg.MetadataValue.path(settings.table_path(BRONZE.name)),
+                "quarantine_path": dg.MetadataValue.path(settings.table_path(QUARANTINE.name)),
+            })
+        if aggregates in context.selected_asset_keys:
+            yield dg.MaterializeResult(asset_key=aggregates, metadata={
+                **common, **streaming_summary(spark.session, settings, batch_ids),
+                "path": dg.MetadataValue.path(settings.table_path(STREAMING.name)),
+                "late_events_path": dg.MetadataValue.path(settings.table_path(LATE.name)),
+            })
+
+    return raw_events, ingest
+
+
+raw_events, ingest = ingest_assets(DEFAULT)

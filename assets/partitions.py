@@ -1,6 +1,7 @@
-"""Daily event-date partitions (UTC) shared by the corrections, reconciled and replay assets.
+"""Daily event-date partitions (UTC) shared by a pipeline's corrections, reconciled and replay
+assets (each pipeline has its own: `assets.pipelines.Pipeline`).
 
-They start at the instance's first event date (or PARTITIONS_START), read when the definitions
+They start at the pipeline's first event date (or PARTITIONS_START), read when the definitions
 load: the UI lists the dates that can hold data, not every day since LAKEHOUSE_START_DATE. A
 backfill of events older than that first date needs a reload of the code location (or
 PARTITIONS_START)."""
@@ -10,7 +11,6 @@ from datetime import UTC, date, datetime
 
 from dagster import DailyPartitionsDefinition
 
-from assets.resources import DEFAULT_LAKEHOUSE
 from lakehouse.settings import Settings
 from lakehouse.table_reads import bronze_dates
 
@@ -31,10 +31,10 @@ def first_partition(settings: Settings, today: date | None = None) -> date:
     return min(max(first, settings.partitions_start_date), today)
 
 
-FIRST_PARTITION = first_partition(DEFAULT_LAKEHOUSE.settings)
-
-daily_event_dates = DailyPartitionsDefinition(
-    start_date=FIRST_PARTITION.isoformat(),
-    timezone="UTC",
-    end_offset=1,  # today's date is a partition too: its windows are published as they close
-)
+def daily_event_dates(first: date) -> DailyPartitionsDefinition:
+    """The event dates from `first` on, in UTC."""
+    return DailyPartitionsDefinition(
+        start_date=first.isoformat(),
+        timezone="UTC",
+        end_offset=1,  # today's date is a partition too: its windows are published as they close
+    )

@@ -1,16 +1,22 @@
-"""Dagster resources: the pipeline's settings, Kafka, the Spark session and the run's log position.
+"""Dagster resources: the pipelines' settings, Kafka, the Spark session and the run's log position.
 
 `DEFAULT_LAKEHOUSE` is the one place definitions read settings from: the partitions, schedule
 crons and freshness thresholds are built from its settings when the code location loads, and
 `orchestration.definitions` binds the same object as the `lakehouse` resource that assets,
 schedules and sensors receive. Its fields can be overridden per run (launchpad, run config);
 such overrides change where a run reads and writes, never the definitions themselves.
+
+One code location runs several pipelines: the default one (the tables at LAKEHOUSE_ROOT,
+unprefixed asset keys) and one per spec named by PIPELINES (`pipeline_specs`). The one
+`lakehouse` resource knows them all: `settings_for(name)` is a pipeline's settings, the
+default's with the spec on top (its folder under the root, topic, windows, event shape).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from dagster import ConfigurableResource
@@ -20,11 +26,32 @@ from pyspark.sql import SparkSession
 
 from lakehouse.kafka_admin import ensure_topic
 from lakehouse.settings import Settings, SettingsError
+from lakehouse.spec import PipelineSpec, SpecError, check_pipelines, load_spec, parse_spec
 from lakehouse.topic_status import TopicStatus, topic_status
 
 # Credentials among the Kafka options: they belong to the environment's brokers.
 _CREDENTIALS = ("sasl.password", "sasl.jaas.config", "ssl.key.password",
                 "ssl.keystore.password", "ssl.truststore.password", "sasl.oauthbearer")
+
+# The pipeline whose tables are LAKEHOUSE_ROOT itself (`Settings.pipeline`'s default).
+DEFAULT_PIPELINE = "default"
+
+
+def pipeline_specs(env: Mapping[str, str] | None = None) -> list[PipelineSpec]:
+    """The specs PIPELINES names (comma-separated YAML paths, relative to the working directory),
+    checked side by side with the default pipeline: a SpecError names the file and the field."""
+    env = os.environ if env is None else env
+    paths = [p.strip() for p in env.get("PIPELINES", "").split(",") if p.strip()]
+    specs = [load_spec(path) for path in paths]
+    for path, spec in zip(paths, specs, strict=True):
+        if spec.name == DEFAULT_PIPELINE:
+            raise SpecError(f"{path}: name: {DEFAULT_PIPELINE!r} is the pipeline of "
+                            "LAKEHOUSE_ROOT itself (unprefixed assets): choose another name")
+    try:
+        check_pipelines([parse_spec({"name": DEFAULT_PIPELINE, "topic": "events"}), *specs])
+    except SpecError as exc:
+        raise SpecError(f"PIPELINES={env['PIPELINES']}: {exc}") from None
+    return specs
 
 
 class LakehouseResource(ConfigurableResource):
@@ -36,26 +63,48 @@ class LakehouseResource(ConfigurableResource):
     events_topic: str | None = None
     kafka_bootstrap_servers: str | None = None
     _settings: Settings | None = PrivateAttr(default=None)
+    _specs: dict[str, PipelineSpec] | None = PrivateAttr(default=None)
+    _pipelines: dict[str, Settings] = PrivateAttr(default_factory=dict)
 
     @property
     def settings(self) -> Settings:
+        """The default pipeline's settings (the overrides apply to them)."""
         if self._settings is None:
             self._settings = self._resolve()
         return self._settings
 
+    def settings_for(self, pipeline: str) -> Settings:
+        """Pipeline `pipeline`'s settings: the default's, or for a spec of PIPELINES the spec's
+        on top of them (`PipelineSpec.settings`). Specs are read once per resource object."""
+        if pipeline == DEFAULT_PIPELINE:
+            return self.settings
+        if pipeline not in self._pipelines:
+            if self._specs is None:
+                self._specs = {spec.name: spec for spec in pipeline_specs()}
+            if pipeline not in self._specs:
+                raise SpecError(f"pipeline {pipeline!r} is not among PIPELINES "
+                                f"({', '.join(self._specs) or 'none'})")
+            self._pipelines[pipeline] = _own_brokers(
+                self._specs[pipeline].settings(self.settings, os.environ))
+        return self._pipelines[pipeline]
+
     def _resolve(self) -> Settings:
         overrides = {"LAKEHOUSE_ROOT": self.lakehouse_root, "EVENTS_TOPIC": self.events_topic,
                      "KAFKA_BOOTSTRAP_SERVERS": self.kafka_bootstrap_servers}
-        base = Settings.from_env()
-        settings = Settings.from_env(
-            {**os.environ, **{k: v for k, v in overrides.items() if v is not None}})
-        if (settings.kafka_bootstrap_servers != base.kafka_bootstrap_servers
-                and any(k.startswith(_CREDENTIALS) for k in base.kafka_options)):
-            raise SettingsError(
-                "kafka_bootstrap_servers may not be overridden per run while Kafka credentials "
-                "are configured (KAFKA_SASL_*/KAFKA_SSL_*): they belong to "
-                "KAFKA_BOOTSTRAP_SERVERS' brokers; change the environment instead")
-        return settings
+        return _own_brokers(Settings.from_env(
+            {**os.environ, **{k: v for k, v in overrides.items() if v is not None}}))
+
+
+def _own_brokers(settings: Settings) -> Settings:
+    """`settings`, unless a run override sends their Kafka credentials (the environment's, or a
+    spec's secret_env) to other brokers than the environment's."""
+    if (settings.kafka_bootstrap_servers != Settings.from_env().kafka_bootstrap_servers
+            and any(k.startswith(_CREDENTIALS) for k in settings.kafka_options)):
+        raise SettingsError(
+            "kafka_bootstrap_servers may not be overridden per run while Kafka credentials "
+            "are configured (KAFKA_SASL_*/KAFKA_SSL_*, a pipeline spec's secret_env): they "
+            "belong to KAFKA_BOOTSTRAP_SERVERS' brokers; change the environment instead")
+    return settings
 
 
 class KafkaResource(ConfigurableResource):
@@ -64,13 +113,15 @@ class KafkaResource(ConfigurableResource):
 
     lakehouse: LakehouseResource
 
-    def ensure_topic(self) -> bool:
-        """Create the topic when missing (partitions and replication from the settings)."""
-        return ensure_topic(self.lakehouse.settings)
+    def ensure_topic(self, pipeline: str = DEFAULT_PIPELINE) -> bool:
+        """Create the pipeline's topic when missing (partitions and replication from the
+        settings)."""
+        return ensure_topic(self.lakehouse.settings_for(pipeline))
 
-    def status(self) -> TopicStatus:
-        """Offsets, retention, the stream's lag and append rate (one lag formula)."""
-        return topic_status(self.lakehouse.settings)
+    def status(self, pipeline: str = DEFAULT_PIPELINE) -> TopicStatus:
+        """The pipeline's topic: offsets, retention, the stream's lag and append rate (one lag
+        formula)."""
+        return topic_status(self.lakehouse.settings_for(pipeline))
 
 
 # What a run's `spark_config` may set: sizes and parallelism. Everything else (class paths, jars,

@@ -1,4 +1,5 @@
-"""Schedules, all running by default (cron in UTC, from settings):
+"""Schedules of a pipeline (`pipeline_schedules`; another pipeline's are named
+`<prefix>__<name>`), all running by default (cron in UTC, from settings):
 
 - `stream_catch_up_schedule` (CATCH_UP_CRON, every 5 minutes): one availableNow catch-up; skipped
   while another catch-up is queued or running (the assets also share the `lakehouse_stream` pool).
@@ -12,6 +13,7 @@
 """
 
 from datetime import date, timedelta
+from functools import cache
 
 from dagster import (
     DagsterRunStatus,
@@ -25,35 +27,17 @@ from dagster import (
 )
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from assets.partitions import FIRST_PARTITION
-from assets.resources import DEFAULT_LAKEHOUSE, LakehouseResource
+from assets.pipelines import DEFAULT, Pipeline
+from assets.resources import LakehouseResource
 from lakehouse.table_reads import bronze_dates
-from orchestration.jobs import (
-    reconcile_job,
-    stream_catch_up_job,
-    table_maintenance_job,
-    timeline_job,
-    verify_job,
-)
+from orchestration.jobs import pipeline_jobs
 
-settings = DEFAULT_LAKEHOUSE.settings  # crons: fixed when the code location loads
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
           DagsterRunStatus.STARTED]
 
 
 def tick_date(context: ScheduleEvaluationContext) -> date:
     return context.scheduled_execution_time.date()
-
-
-@schedule(cron_schedule=settings.catch_up_cron, job=stream_catch_up_job, execution_timezone="UTC",
-          default_status=DefaultScheduleStatus.RUNNING,
-          description="Catch the stream up every few minutes (one run at a time).")
-def stream_catch_up_schedule(context: ScheduleEvaluationContext):
-    active = context.instance.get_run_records(
-        RunsFilter(job_name=stream_catch_up_job.name, statuses=ACTIVE), limit=1)
-    if active:
-        return SkipReason(f"catch-up run {active[0].dagster_run.run_id} is still queued or running")
-    return RunRequest()
 
 
 def date_range_request(dates: list[date], run_key: str | None = None) -> RunRequest:
@@ -65,42 +49,68 @@ def date_range_request(dates: list[date], run_key: str | None = None) -> RunRequ
                                              ASSET_PARTITION_RANGE_END_TAG: last})
 
 
-@schedule(cron_schedule=settings.corrections_cron, job=reconcile_job, execution_timezone="UTC",
-          default_status=DefaultScheduleStatus.RUNNING,
-          description="Corrections for the dates within the correction horizon, in one run, each "
-                      "date proven against a replay of the log (blocking check) in that run.")
-def corrections_schedule(context: ScheduleEvaluationContext, lakehouse: LakehouseResource):
-    s = lakehouse.settings
-    today = tick_date(context)
-    recent = set(s.recent_dates(today))
-    dates = sorted(d for d in bronze_dates(s) if d in recent)
-    if older := [d.isoformat() for d in dates if d < FIRST_PARTITION]:
-        context.log.warning(f"bronze holds {older}, before the first partition {FIRST_PARTITION}:"
-                            " reload the code location (or set PARTITIONS_START) to correct them")
-        dates = [d for d in dates if d >= FIRST_PARTITION]
-    if not dates:
-        return SkipReason("no bronze data for the dates within the correction horizon")
-    return date_range_request(dates)
+@cache
+def pipeline_schedules(p: Pipeline) -> tuple[ScheduleDefinition, ...]:
+    """Pipeline `p`'s schedules; crons fixed when the code location loads (`p.settings`)."""
+    settings, jobs = p.settings, pipeline_jobs(p)
+    catch_up_job = jobs["stream_catch_up"]
+
+    @schedule(name=p.named("stream_catch_up_schedule"), cron_schedule=settings.catch_up_cron,
+              job=catch_up_job, execution_timezone="UTC",
+              default_status=DefaultScheduleStatus.RUNNING,
+              description="Catch the stream up every few minutes (one run at a time).")
+    def stream_catch_up_schedule(context: ScheduleEvaluationContext):
+        active = context.instance.get_run_records(
+            RunsFilter(job_name=catch_up_job.name, statuses=ACTIVE), limit=1)
+        if active:
+            return SkipReason(f"catch-up run {active[0].dagster_run.run_id} is still queued or "
+                              "running")
+        return RunRequest()
+
+    @schedule(name=p.named("corrections_schedule"), cron_schedule=settings.corrections_cron,
+              job=jobs["reconcile_dates"], execution_timezone="UTC",
+              default_status=DefaultScheduleStatus.RUNNING,
+              description="Corrections for the dates within the correction horizon, in one run, "
+                          "each date proven against a replay of the log (blocking check) in "
+                          "that run.")
+    def corrections_schedule(context: ScheduleEvaluationContext, lakehouse: LakehouseResource):
+        s = lakehouse.settings_for(p.name)
+        first = p.first_partition
+        recent = set(s.recent_dates(tick_date(context)))
+        dates = sorted(d for d in bronze_dates(s) if d in recent)
+        if older := [d.isoformat() for d in dates if d < first]:
+            context.log.warning(f"bronze holds {older}, before the first partition {first}: "
+                                "reload the code location (or set PARTITIONS_START) to correct "
+                                "them")
+            dates = [d for d in dates if d >= first]
+        if not dates:
+            return SkipReason("no bronze data for the dates within the correction horizon")
+        return date_range_request(dates)
+
+    @schedule(name=p.named("verification_schedule"), cron_schedule=settings.verification_cron,
+              job=jobs["verify_dates"], execution_timezone="UTC",
+              default_status=DefaultScheduleStatus.RUNNING,
+              description="Replay yesterday from the log and prove reconciled == replay.")
+    def verification_schedule(context: ScheduleEvaluationContext):
+        yesterday = tick_date(context) - timedelta(days=1)
+        return RunRequest(partition_key=yesterday.isoformat())
+
+    timeline_schedule = ScheduleDefinition(
+        name=p.named("timeline_schedule"), cron_schedule=settings.timeline_cron,
+        job=jobs["report_timeline"], execution_timezone="UTC",
+        default_status=DefaultScheduleStatus.RUNNING,
+        description="Refresh the observability timeline report.")
+
+    table_maintenance_schedule = ScheduleDefinition(
+        name=p.named("table_maintenance_schedule"), cron_schedule=settings.maintenance_cron,
+        job=jobs["table_maintenance"], execution_timezone="UTC",
+        default_status=DefaultScheduleStatus.RUNNING,
+        description="Compact the tables' small files and VACUUM expired ones.")
+
+    return (stream_catch_up_schedule, corrections_schedule, verification_schedule,
+            timeline_schedule, table_maintenance_schedule)
 
 
-@schedule(cron_schedule=settings.verification_cron, job=verify_job, execution_timezone="UTC",
-          default_status=DefaultScheduleStatus.RUNNING,
-          description="Replay yesterday from the log and prove reconciled == replay.")
-def verification_schedule(context: ScheduleEvaluationContext):
-    yesterday = tick_date(context) - timedelta(days=1)
-    return RunRequest(partition_key=yesterday.isoformat())
-
-
-timeline_schedule = ScheduleDefinition(
-    name="timeline_schedule", cron_schedule=settings.timeline_cron, job=timeline_job,
-    execution_timezone="UTC", default_status=DefaultScheduleStatus.RUNNING,
-    description="Refresh the observability timeline report.")
-
-table_maintenance_schedule = ScheduleDefinition(
-    name="table_maintenance_schedule", cron_schedule=settings.maintenance_cron,
-    job=table_maintenance_job, execution_timezone="UTC",
-    default_status=DefaultScheduleStatus.RUNNING,
-    description="Compact the tables' small files and VACUUM expired ones.")
-
-all_schedules = [stream_catch_up_schedule, corrections_schedule, verification_schedule,
-                 timeline_schedule, table_maintenance_schedule]
+all_schedules = list(pipeline_schedules(DEFAULT))  # the default pipeline's
+(stream_catch_up_schedule, corrections_schedule, verification_schedule, timeline_schedule,
+ table_maintenance_schedule) = all_schedules

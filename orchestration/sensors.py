@@ -1,4 +1,5 @@
-"""Sensors, running by default:
+"""Sensors of a pipeline (`pipeline_sensors`; another pipeline's are named `<prefix>__<name>`),
+running by default:
 
 - `late_data_sensor`: when new rows land in `late_events` (events the fast path dropped behind the
   watermark), requests a corrections run for exactly their event dates that are still within the
@@ -12,10 +13,12 @@
   retention) every minute without launching a run.
 - `freshness_checks_sensor`: evaluates the freshness checks of `assets.observe.freshness`.
 
-Sensors receive the `lakehouse` resource, so they read the same settings as the assets.
+Sensors receive the `lakehouse` resource, so they read the same settings as the assets
+(`lakehouse.settings_for(pipeline)`).
 """
 
 from datetime import UTC, date, datetime
+from functools import cache
 
 import pyarrow as pa
 from dagster import (
@@ -24,6 +27,7 @@ from dagster import (
     DefaultSensorStatus,
     RunRequest,
     RunStatusSensorContext,
+    SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
@@ -37,13 +41,21 @@ from dagster._core.storage.tags import (
     PARTITION_NAME_TAG,
 )
 
-from assets.observe.freshness import freshness_checks
+from assets.observe.freshness import freshness_checks_for
 from assets.observe.topic import topic_metadata
-from assets.partitions import FIRST_PARTITION
+from assets.pipelines import DEFAULT, Pipeline
 from assets.resources import KafkaResource, LakehouseResource
 from lakehouse.delta_log import open_table
 from lakehouse.settings import Settings
-from orchestration.jobs import correct_job, reconcile_job, verify_job
+from orchestration.jobs import pipeline_jobs
+
+# The default pipeline's first daily partition, read when the code location loaded (a module
+# attribute: tests stand in for a reload by moving it); other pipelines carry their own.
+FIRST_PARTITION = DEFAULT.first_partition
+
+
+def first_partition_of(p: Pipeline) -> date:
+    return FIRST_PARTITION if p is DEFAULT else p.first_partition
 
 
 def new_late_dates(settings: Settings, after_version: int | None, now: datetime
@@ -79,27 +91,24 @@ def _partition_by_file(table) -> dict[str, str]:
                                       actions["partition.event_date"]), strict=True))
 
 
-@sensor(job=reconcile_job, minimum_interval_seconds=60,
-        default_status=DefaultSensorStatus.RUNNING,
-        description="Corrections for the dates that received new late events, each proven "
-                    "against a replay of the log in the same run (blocking check).")
-def late_data_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
-    """Cursor: `v<version>` of `late_events` last looked at (any other cursor, such as the
-    older timestamp form, starts over: corrections are idempotent)."""
-    settings = lakehouse.settings
+def late_data_result(context: SensorEvaluationContext, settings: Settings,
+                     first: date) -> SensorResult:
+    """The late-data sensor's tick for a pipeline's `settings` and first partition `first`.
+    Cursor: `v<version>` of `late_events` last looked at (any other cursor, such as the older
+    timestamp form, starts over: corrections are idempotent)."""
     cursor = context.cursor or ""
     after = int(cursor[1:]) if cursor.startswith("v") and cursor[1:].isdigit() else None
     dates, current = new_late_dates(settings, after, datetime.now(UTC))
     new_cursor = f"v{current}" if current is not None else cursor
     skip = "no new late events"
-    if older := sorted(d for d in dates if d < FIRST_PARTITION):
+    if older := sorted(d for d in dates if d < first):
         # Older than the partitions loaded with the definitions: no run can be requested for
         # them until the code location is reloaded (its first partition is then bronze's
         # first). The cursor stays, so every tick says so, and the first after a reload asks.
         skip = (f"late events for {[d.isoformat() for d in older]}, before the first partition "
-                f"{FIRST_PARTITION}: reload the code location (or set PARTITIONS_START)")
+                f"{first}: reload the code location (or set PARTITIONS_START)")
         context.log.warning(skip)
-        dates = {d: v for d, v in dates.items() if d >= FIRST_PARTITION}
+        dates = {d: v for d, v in dates.items() if d >= first}
         new_cursor = cursor
     if not dates:
         return SensorResult(skip_reason=SkipReason(skip), cursor=new_cursor)
@@ -110,19 +119,8 @@ def late_data_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResou
     )
 
 
-@sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING,
-        description="Observe the topic: offsets, the stream's lag, append rate, retention.")
-def topic_observation_sensor(context: SensorEvaluationContext, kafka: KafkaResource):
-    metadata = topic_metadata(kafka)
-    return SensorResult(asset_events=[AssetObservation(asset_key="raw_events", metadata=metadata)])
-
-
-@run_status_sensor(run_status=DagsterRunStatus.SUCCESS, monitored_jobs=[correct_job],
-                   request_job=verify_job, default_status=DefaultSensorStatus.RUNNING,
-                   description="A correct_dates run (launched by hand: the schedule and the "
-                               "late-data sensor prove in the run) is followed by the proof of "
-                               "the dates it published.")
-def prove_corrected_dates(context: RunStatusSensorContext):
+def proof_request(context: RunStatusSensorContext):
+    """The proof of the dates a successful correct_dates run published."""
     tags = context.dagster_run.tags
     key = f"prove-{context.dagster_run.run_id}"
     if tags.get(PARTITION_NAME_TAG):
@@ -134,9 +132,41 @@ def prove_corrected_dates(context: RunStatusSensorContext):
     return SkipReason("the run published no daily partition")
 
 
-freshness_sensor = build_sensor_for_freshness_checks(
-    freshness_checks=freshness_checks, name="freshness_checks_sensor",
-    default_status=DefaultSensorStatus.RUNNING)
+@cache
+def pipeline_sensors(p: Pipeline) -> tuple[SensorDefinition, ...]:
+    """Pipeline `p`'s sensors."""
+    jobs = pipeline_jobs(p)
 
-all_sensors = [late_data_sensor, topic_observation_sensor, prove_corrected_dates,
-               freshness_sensor]
+    @sensor(name=p.named("late_data_sensor"), job=jobs["reconcile_dates"],
+            minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING,
+            description="Corrections for the dates that received new late events, each proven "
+                        "against a replay of the log in the same run (blocking check).")
+    def late_data_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
+        return late_data_result(context, lakehouse.settings_for(p.name), first_partition_of(p))
+
+    @sensor(name=p.named("topic_observation_sensor"), minimum_interval_seconds=60,
+            default_status=DefaultSensorStatus.RUNNING,
+            description="Observe the topic: offsets, the stream's lag, append rate, retention.")
+    def topic_observation_sensor(context: SensorEvaluationContext, kafka: KafkaResource):
+        metadata = topic_metadata(kafka, p.name)
+        return SensorResult(asset_events=[AssetObservation(asset_key=p.key("raw_events"),
+                                                           metadata=metadata)])
+
+    @run_status_sensor(name=p.named("prove_corrected_dates"), run_status=DagsterRunStatus.SUCCESS,
+                       monitored_jobs=[jobs["correct_dates"]], request_job=jobs["verify_dates"],
+                       default_status=DefaultSensorStatus.RUNNING,
+                       description="A correct_dates run (launched by hand: the schedule and the "
+                                   "late-data sensor prove in the run) is followed by the proof "
+                                   "of the dates it published.")
+    def prove_corrected_dates(context: RunStatusSensorContext):
+        return proof_request(context)
+
+    freshness_sensor = build_sensor_for_freshness_checks(
+        freshness_checks=freshness_checks_for(p), name=p.named("freshness_checks_sensor"),
+        default_status=DefaultSensorStatus.RUNNING)
+
+    return late_data_sensor, topic_observation_sensor, prove_corrected_dates, freshness_sensor
+
+
+all_sensors = list(pipeline_sensors(DEFAULT))  # the default pipeline's
+late_data_sensor, topic_observation_sensor, prove_corrected_dates, freshness_sensor = all_sensors

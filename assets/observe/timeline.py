@@ -1,30 +1,41 @@
-"""The observability timeline: one HTML report next to the tables."""
+"""The observability timeline: one HTML report next to a pipeline's tables."""
 
+from functools import cache
 from pathlib import Path
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, asset
 
+from assets.pipelines import DEFAULT, Pipeline
 from assets.resources import LakehouseResource, SparkResource
 from reporting.timeline import write_timeline
 
 
-@asset(key="timeline_report", deps=["streaming_aggregates"], group_name="observe",
-       kinds={"spark", "html"},
-       description="One time axis: lateness (event vs broker time), watermark, consumer lag, "
-                   "batch durations, aggregate freshness; and the what-if histogram of late "
-                   "records per candidate WATERMARK_DELAY. Self-contained HTML under "
-                   "$LAKEHOUSE_ROOT/reports.")
-def timeline_report(context: AssetExecutionContext, lakehouse: LakehouseResource,
-                    spark: SparkResource) -> MaterializeResult:
-    report = write_timeline(spark.session, lakehouse.settings)
-    summary = dict(report.summary)
-    summary.pop("path", None)
-    return MaterializeResult(metadata={
-        "path": MetadataValue.path(str(report.path)),
-        "report": MetadataValue.url(
-            Path(report.path).as_uri() if report.path.startswith("/") else report.path),
-        "what_if_late_records": MetadataValue.json(summary.pop("what_if_late_records")),
-        "series_points": MetadataValue.json(summary.pop("series_points")),
-        "lateness_seconds": MetadataValue.json(summary.pop("lateness_seconds")),
-        **{k: v for k, v in summary.items() if v is not None},
-    })
+@cache
+def timeline_asset(p: Pipeline) -> AssetsDefinition:
+    """Pipeline `p`'s timeline report (under its own folder's `reports/`)."""
+
+    @asset(key=p.key("timeline_report"), deps=[p.key("streaming_aggregates")],
+           group_name=p.group("observe"), kinds={"spark", "html"},
+           description="One time axis: lateness (event vs broker time), watermark, consumer lag, "
+                       "batch durations, aggregate freshness; and the what-if histogram of late "
+                       "records per candidate WATERMARK_DELAY. Self-contained HTML under "
+                       "$LAKEHOUSE_ROOT/reports.")
+    def timeline_report(context: AssetExecutionContext, lakehouse: LakehouseResource,
+                        spark: SparkResource) -> MaterializeResult:
+        report = write_timeline(spark.session, lakehouse.settings_for(p.name))
+        summary = dict(report.summary)
+        summary.pop("path", None)
+        return MaterializeResult(metadata={
+            "path": MetadataValue.path(str(report.path)),
+            "report": MetadataValue.url(
+                Path(report.path).as_uri() if report.path.startswith("/") else report.path),
+            "what_if_late_records": MetadataValue.json(summary.pop("what_if_late_records")),
+            "series_points": MetadataValue.json(summary.pop("series_points")),
+            "lateness_seconds": MetadataValue.json(summary.pop("lateness_seconds")),
+            **{k: v for k, v in summary.items() if v is not None},
+        })
+
+    return timeline_report
+
+
+timeline_report = timeline_asset(DEFAULT)

@@ -1,9 +1,9 @@
-"""Metadata for the topic asset (`raw_events`), shared by its materialization and the
+"""Metadata for a pipeline's topic asset (`raw_events`), shared by its materialization and the
 observation sensor."""
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-from assets.resources import KafkaResource
+from assets.resources import DEFAULT_PIPELINE, KafkaResource
 
 PARTITION_SCHEMA = TableSchema(columns=[
     TableColumn("partition", "int"),
@@ -14,8 +14,8 @@ PARTITION_SCHEMA = TableSchema(columns=[
 ])
 
 
-def topic_metadata(kafka: KafkaResource) -> dict:
-    status = kafka.status()
+def topic_metadata(kafka: KafkaResource, pipeline: str = DEFAULT_PIPELINE) -> dict:
+    status = kafka.status(pipeline)
     return {
         "topic": status.topic,
         "partitions": len(status.partitions),

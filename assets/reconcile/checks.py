@@ -3,16 +3,19 @@
 
 from datetime import UTC, datetime
 from decimal import Decimal
+from functools import cache
 
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
+    AssetChecksDefinition,
     AssetCheckSeverity,
     MetadataValue,
     asset_check,
 )
 from pyspark.sql import functions as F
 
+from assets.pipelines import DEFAULT, Pipeline
 from assets.reconcile.daily import partition_dates
 from assets.resources import LakehouseResource, SparkResource
 from expectations.reconciliation import check_equal, data_docs_dir, fast_path_gap
@@ -26,16 +29,6 @@ from spark_jobs.tables import read_table
 
 def _for_date(session, settings, table, d):
     return read_table(session, settings, table).where(F.col("event_date") == F.lit(d))
-
-
-@asset_check(asset="reconciled_aggregates", additional_deps=["replay_aggregates"],
-             blocking=True,
-             description="GX: reconciled_aggregates equals replay_aggregates for the date, "
-                         "row by row (counts, exact decimal sums/min/max, fingerprints) and in "
-                         "total.")
-def reconciled_equals_replay(context: AssetCheckExecutionContext, lakehouse: LakehouseResource,
-                             spark: SparkResource) -> AssetCheckResult:
-    return prove_dates(spark.session, lakehouse.settings, partition_dates(context.op_execution_context))
 
 
 def prove_dates(session, settings, dates) -> AssetCheckResult:
@@ -110,19 +103,13 @@ def prove_dates(session, settings, dates) -> AssetCheckResult:
     )
 
 
-@asset_check(asset="replay_aggregates", additional_deps=["streaming_aggregates"], blocking=False,
-             description="How far the fast path (streaming_aggregates) was from the replay: "
-                         "windows, events and value it missed (the cost of WATERMARK_DELAY). "
-                         "Warns when a difference is not explained by recorded late events.")
-def fast_path_vs_replay(context: AssetCheckExecutionContext, lakehouse: LakehouseResource,
-                        spark: SparkResource) -> AssetCheckResult:
-    settings = lakehouse.settings
-    session = spark.session
+def fast_path_vs_replay_result(session, settings, dates) -> AssetCheckResult:
+    """How far the fast path was from the replay for `dates` (the body of the warning check)."""
     gaps = [
         fast_path_gap(_for_date(session, settings, STREAMING, d),
                       _for_date(session, settings, REPLAY, d),
                       _for_date(session, settings, LATE, d), d)
-        for d in partition_dates(context.op_execution_context)
+        for d in dates
     ]
     unexplained = sum(g["windows_unexplained"] for g in gaps)
     totals = {k: sum(g[k] for g in gaps) for k in
@@ -137,3 +124,34 @@ def fast_path_vs_replay(context: AssetCheckExecutionContext, lakehouse: Lakehous
             "per_date": MetadataValue.json(gaps),
         },
     )
+
+
+@cache
+def data_checks(p: Pipeline) -> tuple[AssetChecksDefinition, ...]:
+    """Pipeline `p`'s checks of its daily assets: the blocking proof and the fast path's gap."""
+
+    @asset_check(asset=p.key("reconciled_aggregates"), additional_deps=[p.key("replay_aggregates")],
+                 blocking=True,
+                 description="GX: reconciled_aggregates equals replay_aggregates for the date, "
+                             "row by row (counts, exact decimal sums/min/max, fingerprints) and "
+                             "in total.")
+    def reconciled_equals_replay(context: AssetCheckExecutionContext,
+                                 lakehouse: LakehouseResource,
+                                 spark: SparkResource) -> AssetCheckResult:
+        return prove_dates(spark.session, lakehouse.settings_for(p.name),
+                           partition_dates(context.op_execution_context))
+
+    @asset_check(asset=p.key("replay_aggregates"), additional_deps=[p.key("streaming_aggregates")],
+                 blocking=False,
+                 description="How far the fast path (streaming_aggregates) was from the replay: "
+                             "windows, events and value it missed (the cost of WATERMARK_DELAY). "
+                             "Warns when a difference is not explained by recorded late events.")
+    def fast_path_vs_replay(context: AssetCheckExecutionContext, lakehouse: LakehouseResource,
+                            spark: SparkResource) -> AssetCheckResult:
+        return fast_path_vs_replay_result(spark.session, lakehouse.settings_for(p.name),
+                                          partition_dates(context.op_execution_context))
+
+    return reconciled_equals_replay, fast_path_vs_replay
+
+
+reconciled_equals_replay, fast_path_vs_replay = data_checks(DEFAULT)

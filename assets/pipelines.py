@@ -1,0 +1,67 @@
+"""The pipelines of the code location, each a `Pipeline` its definitions are built from.
+
+The default pipeline (tables at LAKEHOUSE_ROOT) keeps the contract's names: unprefixed asset
+keys, groups `ingest`, `reconcile`, `observe`, jobs such as `stream_catch_up`. A pipeline of a
+spec (PIPELINES, `lakehouse.spec`) gets the same definitions under its prefix: keys
+`orders/bronze_events`, groups `orders_ingest`, jobs `orders__stream_catch_up`. Every factory
+(`assets.ingest.ingest_assets`, `orchestration.jobs.pipeline_jobs`...) takes a `Pipeline` and is
+cached: one set of definitions per pipeline, the default's being the factories called with
+`DEFAULT` (the module-level names such as `assets.ingest.raw_events` are among them).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date
+
+from dagster import AssetKey, DailyPartitionsDefinition
+
+from assets.partitions import daily_event_dates, first_partition
+from assets.resources import DEFAULT_LAKEHOUSE, pipeline_specs
+from lakehouse.settings import Settings
+
+
+@dataclass(frozen=True, eq=False)
+class Pipeline:
+    """One pipeline's names and the settings its definitions were built from (when the code
+    location loaded: crons, thresholds, partitions). At run time assets read their settings
+    from the `lakehouse` resource, `lakehouse.settings_for(pipeline.name)` (run overrides)."""
+
+    prefix: str | None  # None: the default pipeline
+    settings: Settings
+    first_partition: date
+    partitions: DailyPartitionsDefinition
+
+    @classmethod
+    def of(cls, settings: Settings, prefix: str | None = None) -> Pipeline:
+        first = first_partition(settings)
+        return cls(prefix, settings, first, daily_event_dates(first))
+
+    @property
+    def name(self) -> str:
+        return self.settings.pipeline
+
+    def key(self, name: str) -> AssetKey:
+        """An asset key: `bronze_events`, `orders/bronze_events`."""
+        return AssetKey([self.prefix, name] if self.prefix else [name])
+
+    def group(self, domain: str) -> str:
+        """An asset group: `ingest`, `orders_ingest`."""
+        return f"{self.prefix}_{domain}" if self.prefix else domain
+
+    def named(self, name: str) -> str:
+        """A job, schedule, sensor, op or pool name: `stream_catch_up`, `orders__stream_catch_up`."""
+        return f"{self.prefix}__{name}" if self.prefix else name
+
+
+DEFAULT = Pipeline.of(DEFAULT_LAKEHOUSE.settings)
+
+
+def spec_pipelines(env: Mapping[str, str] | None = None) -> list[Pipeline]:
+    """The pipelines of the specs PIPELINES names, validated (a SpecError names the file and the
+    field); their settings are the default's with each spec on top."""
+    env = os.environ if env is None else env
+    return [Pipeline.of(spec.settings(DEFAULT.settings, env), spec.prefix)
+            for spec in pipeline_specs(env)]
