@@ -66,7 +66,7 @@ def prove_dates(session, settings, dates) -> AssetCheckResult:
             incomplete[key] = gone.as_metadata()
         gold = _for_date(session, settings, RECONCILED, d)
         verdict = check_equal(gold, _for_date(session, settings, REPLAY, d), d,
-                              data_docs_dir(settings))
+                              data_docs_dir(settings), shape=settings.shape)
         if verdict.rows_compared == 0:
             no_data.append(key)
         verdicts.append(verdict)
@@ -108,9 +108,11 @@ def fast_path_vs_replay_result(session, settings, dates) -> AssetCheckResult:
     gaps = [
         fast_path_gap(_for_date(session, settings, STREAMING, d),
                       _for_date(session, settings, REPLAY, d),
-                      _for_date(session, settings, LATE, d), d)
+                      _for_date(session, settings, LATE, d), d, shape=settings.shape)
         for d in dates
     ]
+    # What the watermark cost per sum (the default pipeline's: `value_missed`).
+    missed = [f"{c[:-len('_sum')]}_missed" for c in settings.shape.columns_of("sum")]
     unexplained = sum(g["windows_unexplained"] for g in gaps)
     totals = {k: sum(g[k] for g in gaps) for k in
               ("windows_compared", "windows_differing", "events_missed", "late_events")}
@@ -120,7 +122,7 @@ def fast_path_vs_replay_result(session, settings, dates) -> AssetCheckResult:
         metadata={
             **totals,
             "windows_unexplained": unexplained,
-            "value_missed": str(sum(Decimal(g["value_missed"]) for g in gaps)),
+            **{m: str(sum(Decimal(g[m]) for g in gaps)) for m in missed},
             "per_date": MetadataValue.json(gaps),
         },
     )
