@@ -20,7 +20,7 @@ from assets.observe.timeline import timeline_asset  # noqa: E402
 from assets.pipelines import DEFAULT, Pipeline, spec_pipelines  # noqa: E402
 from assets.reconcile.checks import data_checks  # noqa: E402
 from assets.reconcile.daily import daily_assets  # noqa: E402
-from assets.resources import DEFAULT_LAKEHOUSE, KafkaResource, LogPositionResource, SparkResource  # noqa: E402
+from assets.resources import DEFAULT_LAKEHOUSE, KafkaResource, LakehouseResource, LogPositionResource, SparkResource  # noqa: E402
 from orchestration.jobs import pipeline_jobs  # noqa: E402
 from orchestration.schedules import pipeline_schedules  # noqa: E402
 from orchestration.sensors import pipeline_sensors  # noqa: E402
@@ -38,11 +38,11 @@ def pipeline_definitions(p: Pipeline) -> Definitions:
     )
 
 
-def definitions_for(pipelines: Sequence[Pipeline]) -> Definitions:
-    """The code location of `pipelines`: their definitions and the resources they share."""
-    # The settings the default's partitions, crons and freshness checks were built from, bound
-    # as the resource; it resolves every pipeline's settings (`settings_for`).
-    lakehouse = DEFAULT_LAKEHOUSE
+def definitions_for(pipelines: Sequence[Pipeline],
+                    lakehouse: LakehouseResource = DEFAULT_LAKEHOUSE) -> Definitions:
+    """The code location of `pipelines`: their definitions and the resources they share. By
+    default the `lakehouse` resource is the one the default's partitions, crons and freshness
+    checks were built from; it resolves every pipeline's settings (`settings_for`)."""
     return Definitions.merge(*map(pipeline_definitions, pipelines), Definitions(
         resources={
             "lakehouse": lakehouse,
