@@ -12,7 +12,9 @@ storage (the UI shows it); Spark's and Dagster's console output goes to $DAGSTER
 to read its logs, and the demo exits non-zero.
 
 Knobs (demo only): DEMO_EVENTS (40000), DEMO_CHUNKS (4), DEMO_SEED (now), DEMO_SPAN (1 day of
-event time, ending now).
+event time, ending now). PIPELINE=<spec.yaml> (`make demo PIPELINE=examples/orders.yaml`) runs
+that spec's pipeline instead, with events generated from the spec (`testkit.spec_events`), through
+its prefixed jobs in the same code location (the spec is added to PIPELINES).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from datetime import date, timedelta
 
 from lakehouse import delta_log
 from lakehouse.settings import Settings, SettingsError, parse_duration
+from lakehouse.spec import PipelineSpec, load_spec
 from orchestration.console import Console, quiet_process_output
 from testkit.runs import run_job
 
@@ -111,14 +114,21 @@ def run_error(result) -> str | None:
 
 
 class Demo:
-    def __init__(self, settings: Settings, instance, console: Console, log_path: str | None):
+    def __init__(self, settings: Settings, instance, console: Console, log_path: str | None,
+                 prefix: str | None = None):
         self.settings = settings
+        self.prefix = prefix
         self.instance = instance
         self.console = console
         self.log_path = log_path
         self.failures: list[RunOutcome] = []
 
+    def named(self, name: str) -> str:
+        """A job or node of the demo's pipeline (`orders__stream_catch_up` for a spec's)."""
+        return f"{self.prefix}__{name}" if self.prefix else name
+
     def run(self, job_name: str, partition: str | None = None, note: str = "") -> RunOutcome:
+        job_name = self.named(job_name)
         run_id = str(uuid.uuid4())
         step = {"key": ""}
 
@@ -128,7 +138,7 @@ class Demo:
                 step["key"] = entry.step_key or ""
 
         self.instance.add_event_listener(run_id, on_event)
-        label = f"  {job_name:16s} {partition or '':11s}"
+        label = f"  {job_name:{16 + len(self.named(''))}s} {partition or '':11s}"
         start = time.monotonic()
         outcome = RunOutcome(job_name, partition, run_id, 0.0, False)
         with self.console.running(label.rstrip(), lambda: step["key"]):
@@ -175,17 +185,21 @@ def _has_bronze(settings: Settings) -> bool:
 
 
 def demo(settings: Settings, knobs: Knobs, instance, console: Console,
-         log_path: str | None) -> int:
+         log_path: str | None, spec: PipelineSpec | None = None) -> int:
     from lakehouse.table_reads import compare_tables, table_counts
     from testkit.generator import GeneratorConfig, generate
+    from testkit.spec_events import generate_for_spec
 
-    generated = generate(GeneratorConfig(count=knobs.count, seed=knobs.seed, span=knobs.span))
+    cfg = GeneratorConfig(count=knobs.count, seed=knobs.seed, span=knobs.span)
+    generated = generate_for_spec(spec, cfg) if spec else generate(cfg)
     kinds = generated.kinds()
-    console.line(f"demo: {knobs.count} records (seed {knobs.seed}) to topic "
-                 f"{settings.events_topic!r} in {knobs.chunks} chunks; lakehouse at {settings.root}")
-    console.line(f"  runs recorded in {instance.root_directory} (`make ui`)"
+    console.line(f"demo: pipeline {settings.pipeline!r}, {knobs.count} records (seed {knobs.seed}) "
+                 f"to topic {settings.events_topic!r} in {knobs.chunks} chunks; lakehouse at "
+                 f"{settings.root}")
+    ui = f"`make ui PIPELINES={os.environ.get('PIPELINES', '')}`" if spec else "`make ui`"
+    console.line(f"  runs recorded in {instance.root_directory} ({ui})"
                  + (f"; Spark/Dagster console output in {log_path}" if log_path else ""))
-    run = Demo(settings, instance, console, log_path)
+    run = Demo(settings, instance, console, log_path, spec.prefix if spec else None)
     before = table_counts(settings)["bronze_rows"] if _has_bronze(settings) else 0
     if before:
         console.line(f"  note: the lakehouse already holds {before} bronze rows from earlier runs; "
@@ -226,7 +240,8 @@ def demo(settings: Settings, knobs: Knobs, instance, console: Console,
     path = settings.path("reports", "timeline.html")
     if report.success:
         path = next((m.metadata["path"].value
-                     for m in report.result.asset_materializations_for_node("timeline_report")
+                     for m in report.result.asset_materializations_for_node(
+                         run.named("timeline_report"))
                      if "path" in m.metadata), path)
     console.line(f"  timeline report    {path if report.success else 'FAILED'}")
     return 0 if ok and not run.failures else 1
@@ -236,6 +251,9 @@ def main(env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
     try:
         settings = Settings.from_env(env)
+        spec = _spec(env)
+        if spec is not None:
+            settings = spec.settings(settings, env)
         knobs = Knobs.from_env(env)
         if not env.get("DAGSTER_HOME"):
             raise DemoError("DAGSTER_HOME is not set: run `make demo`, or set it to a folder "
@@ -249,7 +267,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
     if settings.demo_verbose:
         console = Console(sys.stdout, live=False)
         try:
-            return _guarded(lambda: demo(settings, knobs, instance, console, None), None,
+            return _guarded(lambda: demo(settings, knobs, instance, console, None, spec), None,
                             console)
         finally:
             _stop_spark()
@@ -257,10 +275,22 @@ def main(env: Mapping[str, str] | None = None) -> int:
     with quiet_process_output(log_path) as stream:
         console = Console(stream)
         try:
-            return _guarded(lambda: demo(settings, knobs, instance, console, log_path),
+            return _guarded(lambda: demo(settings, knobs, instance, console, log_path, spec),
                             log_path, console)
         finally:
             _stop_spark()
+
+
+def _spec(env: Mapping[str, str]) -> PipelineSpec | None:
+    """PIPELINE's spec, added to PIPELINES so the code location the runs use holds its jobs."""
+    path = env.get("PIPELINE", "").strip()
+    if not path:
+        return None
+    spec = load_spec(path)
+    listed = [p.strip() for p in env.get("PIPELINES", "").split(",") if p.strip()]
+    if not any(os.path.realpath(p) == os.path.realpath(path) for p in listed):
+        os.environ["PIPELINES"] = ",".join([*listed, path])
+    return spec
 
 
 def _stop_spark() -> None:

@@ -128,8 +128,15 @@ def test_failed_step_prints_its_error_and_where_to_read_the_logs(tmp_path, kafka
     ({"WINDOW_SIZE": "7 minutes"}, "demo: error: WINDOW_SIZE='7 minutes' must be positive and "
                                    "divide a day evenly"),
     ({"DEMO_EVENTS": "lots"}, "demo: error: DEMO_EVENTS='lots' must be a positive integer"),
+    # A spec error stops the demo before any Spark session or run starts.
+    ({"PIPELINE": "name: o\ntopic: o\nmeasures: [{field: amout}]\n"},
+     "demo: error: {path}: measures[0].field: 'amout' is not a declared field"),
 ])
 def test_bad_setting_is_one_error_line_and_exit_code_2(tmp_path, env, message):
+    if "PIPELINE" in env:
+        (tmp_path / "bad.yaml").write_text(env["PIPELINE"])
+        env = {"PIPELINE": str(tmp_path / "bad.yaml")}
+        message = message.format(path=tmp_path / "bad.yaml")
     done, _, _ = run_demo(tmp_path, "127.0.0.1:1", timeout=60, **env)
     assert done.returncode == 2
     assert done.stdout == ""
