@@ -217,3 +217,18 @@ def check_pipelines(specs: Iterable[PipelineSpec]) -> list[PipelineSpec]:
                                 f"{of(s)!r}: each pipeline needs its own")
             seen[of(s)] = s.name
     return specs
+
+
+def selected_pipeline(env: Mapping[str, str] | None = None
+                      ) -> tuple[PipelineSpec | None, Settings]:
+    """The pipeline a process runs (`make stream`, `make demo`): the spec file PIPELINE names
+    and its settings, or (no PIPELINE) None and the default pipeline's settings."""
+    import os
+
+    env = os.environ if env is None else env
+    base = Settings.from_env(env)
+    path = env.get("PIPELINE", "").strip()
+    if not path:
+        return None, base
+    spec = load_spec(path)
+    return spec, spec.settings(base, env)

@@ -29,7 +29,8 @@ from lakehouse.catalog import INGEST_QUERY
 from lakehouse.kafka_admin import PartitionOffsets, ensure_topic, topic_offsets
 from lakehouse.locks import CheckpointBusy, Fence, WriterLockLost, checkpoint_lock
 from lakehouse.progress_reports import BatchReport, as_dict
-from lakehouse.settings import Settings, spark_interval
+from lakehouse.settings import Settings, SettingsError, spark_interval
+from lakehouse.spec import selected_pipeline
 from service.metrics import serving
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import RecentIds
@@ -180,7 +181,11 @@ def _topic_ends(settings) -> list[PartitionOffsets] | None:
 
 
 def main() -> int:
-    settings = Settings.from_env()
+    try:  # PIPELINE=<spec.yaml>: that spec's pipeline (its topic, folder and event shape)
+        _, settings = selected_pipeline()
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

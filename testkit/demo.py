@@ -30,7 +30,7 @@ from datetime import date, timedelta
 
 from lakehouse import delta_log
 from lakehouse.settings import Settings, SettingsError, parse_duration
-from lakehouse.spec import PipelineSpec, load_spec
+from lakehouse.spec import PipelineSpec, selected_pipeline
 from orchestration.console import Console, quiet_process_output
 from testkit.runs import run_job
 
@@ -250,10 +250,8 @@ def demo(settings: Settings, knobs: Knobs, instance, console: Console,
 def main(env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
     try:
-        settings = Settings.from_env(env)
-        spec = _spec(env)
-        if spec is not None:
-            settings = spec.settings(settings, env)
+        spec, settings = selected_pipeline(env)
+        _add_to_code_location(env)
         knobs = Knobs.from_env(env)
         if not env.get("DAGSTER_HOME"):
             raise DemoError("DAGSTER_HOME is not set: run `make demo`, or set it to a folder "
@@ -281,16 +279,12 @@ def main(env: Mapping[str, str] | None = None) -> int:
             _stop_spark()
 
 
-def _spec(env: Mapping[str, str]) -> PipelineSpec | None:
-    """PIPELINE's spec, added to PIPELINES so the code location the runs use holds its jobs."""
+def _add_to_code_location(env: Mapping[str, str]) -> None:
+    """PIPELINE's spec joins PIPELINES, so the code location the runs use holds its jobs."""
     path = env.get("PIPELINE", "").strip()
-    if not path:
-        return None
-    spec = load_spec(path)
     listed = [p.strip() for p in env.get("PIPELINES", "").split(",") if p.strip()]
-    if not any(os.path.realpath(p) == os.path.realpath(path) for p in listed):
+    if path and not any(os.path.realpath(p) == os.path.realpath(path) for p in listed):
         os.environ["PIPELINES"] = ",".join([*listed, path])
-    return spec
 
 
 def _stop_spark() -> None:

@@ -14,6 +14,17 @@ from lakehouse.table_reads import bronze_dates, read
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
+def orders_spec(folder: Path) -> Path:
+    """The order example with a topic of its own (tests share one broker)."""
+    import uuid
+
+    spec = yaml.safe_load((EXAMPLES / "orders.yaml").read_text())
+    spec["topic"] = f"orders-{uuid.uuid4().hex[:8]}"
+    path = folder / "orders.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
 def tree(root: Path) -> dict[str, float]:
     """Every file under `root` with its modification time (what a run may have touched)."""
     return {str(p.relative_to(root)): p.stat().st_mtime_ns
@@ -34,10 +45,7 @@ def two_pipelines(tmp_path_factory, kafka_bootstrap):
     from orchestration.definitions import definitions_for
 
     tmp = tmp_path_factory.mktemp("two")
-    spec_path = tmp / "orders.yaml"
-    spec = yaml.safe_load((EXAMPLES / "orders.yaml").read_text())
-    spec["topic"] = f"orders-{uuid.uuid4().hex[:8]}"
-    spec_path.write_text(yaml.safe_dump(spec))
+    spec_path = orders_spec(tmp)
     env = {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "LAKEHOUSE_ROOT": str(tmp / "lake"),
            "EVENTS_TOPIC": f"default-{uuid.uuid4().hex[:8]}", "PIPELINES": str(spec_path)}
     with overridden(env):
@@ -45,6 +53,15 @@ def two_pipelines(tmp_path_factory, kafka_bootstrap):
         # The resource of this environment (the module's was built when the tests started).
         defs = definitions_for([default, *spec_pipelines()], LakehouseResource())
         yield defs, load_spec(spec_path), DagsterInstance.ephemeral(), tmp / "lake"
+
+
+def dagster_for(settings, spec):
+    """The code location of the orders pipeline alone, its resource from this environment."""
+    from assets.pipelines import Pipeline
+    from assets.resources import LakehouseResource
+    from orchestration.definitions import definitions_for
+
+    return definitions_for([Pipeline.of(settings, spec.prefix)], LakehouseResource())
 
 
 def run(defs, name, instance, **kw):
@@ -105,3 +122,91 @@ def test_the_default_pipeline_never_touches_the_orders_folder(two_pipelines):
     assert result.success
     assert read(default, "bronze_events").num_rows > 0
     assert tree(lake / "orders") == orders_before
+
+
+def positions(table) -> Counter:
+    return Counter(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
+
+
+@pytest.mark.slow
+def test_orders_service_crashes_lose_and_duplicate_nothing(tmp_path, kafka_bootstrap):
+    """`make stream PIPELINE=<orders spec>` killed in flight and inside a batch (after bronze,
+    before the aggregates MERGE), restarted each time: every offset lands once, the late lane
+    once, and the orders proven per date equal the replay and the reference."""
+    import os
+    import signal
+
+    from dagster import DagsterInstance
+
+    from lakehouse.env import overridden
+    from lakehouse.spec import selected_pipeline
+    from spark_jobs.stream import INGEST_QUERY
+    from testkit.faults import kill_in_flight, kill_inside_batch, next_batch, start_service, wait_for
+    from testkit.generator import GeneratorConfig, produce
+    from testkit.reference import VALID_KINDS
+    from testkit.spec_events import expected_windows_for_spec, generate_for_spec, table_windows_for_spec
+
+    spec_path = orders_spec(tmp_path)
+    env = {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "LAKEHOUSE_ROOT": str(tmp_path / "lake"),
+           "PIPELINE": str(spec_path), "PIPELINES": str(spec_path)}
+    with overridden(env):
+        spec, settings = selected_pipeline()
+    service_env = {**os.environ, **env, "STREAM_TRIGGER_INTERVAL": "2 seconds",
+                   "MAX_OFFSETS_PER_TRIGGER": "400"}
+    end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
+    records = generate_for_spec(spec, GeneratorConfig(
+        count=1800, seed=21, end=end, span=timedelta(hours=3), late_fraction=0.05)).records
+    chunks = [records[:600], records[600:1200], records[1200:]]
+    valid = sum(1 for r in records if r.kind in VALID_KINDS)
+    checkpoint = settings.checkpoint_path(INGEST_QUERY)
+
+    def bronze_rows() -> int:
+        try:
+            return read(settings, "bronze_events").num_rows
+        except Exception:  # noqa: BLE001 - not created yet
+            return 0
+
+    produce(settings, chunks[0])
+    svc = start_service(service_env)
+    try:
+        wait_for(lambda: bronze_rows() > 0, svc, what="first bronze batch")
+        produce(settings, chunks[1])
+        kill_in_flight(svc, checkpoint, min_batch=1)  # offsets/N written, commits/N not
+    finally:
+        if svc.poll() is None:
+            svc.kill()
+            svc.wait(30)
+    svc = start_service(service_env)
+    try:
+        wait_for(lambda: bronze_rows() > 600, svc, what="progress after restart")
+        produce(settings, chunks[2])
+        kill_inside_batch(svc, settings, "bronze_before_aggregates", next_batch(checkpoint))
+    finally:
+        if svc.poll() is None:
+            svc.kill()
+            svc.wait(30)
+    svc = start_service({**service_env, "MAX_OFFSETS_PER_TRIGGER": "10000"})
+    wait_for(lambda: bronze_rows() >= valid, svc, what="all records in bronze")
+    svc.send_signal(signal.SIGTERM)
+    out, _ = svc.communicate(timeout=120)
+    assert svc.returncode == 0 and "stopped cleanly" in out, out[-3000:]
+
+    with overridden(env):
+        defs, instance = dagster_for(settings, spec), DagsterInstance.ephemeral()
+        assert run(defs, "orders__stream_catch_up", instance)[0].success
+        for d in sorted(bronze_dates(settings)):
+            result, checks = run(defs, "orders__reconcile_dates", instance,
+                                 partition_key=d.isoformat())
+            assert result.success and checks and all(c.passed for c in checks), checks
+
+    bronze, quarantine = read(settings, "bronze_events"), read(settings, "quarantined_events")
+    landed = positions(bronze) + positions(quarantine)
+    assert max(landed.values()) == 1 and bronze.num_rows == valid  # nothing twice
+    for p in {p for p, _ in landed}:  # nothing lost: dense offsets per partition
+        assert {o for pp, o in landed if pp == p} == set(range(sum(1 for pp, _ in landed
+                                                                    if pp == p))), p
+    late = read(settings, "late_events")
+    assert late.num_rows > 0 and max(positions(late).values()) == 1
+    expected = expected_windows_for_spec(spec, records)
+    assert table_windows_for_spec(spec, read(settings, "reconciled_aggregates")) == expected
+    assert table_windows_for_spec(spec, read(settings, "replay_aggregates")) == expected
