@@ -3,6 +3,8 @@ measures the pipeline against.
 
 Plain and obvious on purpose, but fair: they parse every timestamp form the generator sends
 (ISO-8601 with an offset, and epoch milliseconds), so they count the same events as the product.
+Written for the pipeline's event shape (`settings.shape`): the default's `event_id, key,
+event_time, value`, or a spec's fields (the schema a user would give `from_json` for them).
 - `streaming_job` (the naive peer): `from_json`, a watermark, 1-minute windows, a Delta append.
 - `fair_streaming_job` (the fair peer): the same, plus what any serious job does: every parsed
   record written to a bronze Delta table (partitioned by date) and a dedup by `event_id`.
@@ -20,30 +22,51 @@ from datetime import date
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.settings import Settings
-
-SCHEMA = "event_id string, key string, event_time string, value decimal(38,6)"
-
-
-def event_time(text):
-    """Epoch milliseconds (digits) or ISO-8601."""
-    return F.when(text.rlike("^[0-9]+$"), F.timestamp_millis(text.cast("long"))).otherwise(
-        F.try_to_timestamp(text))
+from lakehouse.settings import Settings, spark_interval
+from lakehouse.shape import DEFAULT_SHAPE, EventShape
 
 
-def events(kafka: DataFrame) -> DataFrame:
-    e = kafka.select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("e"),
+def schema(shape: EventShape) -> str:
+    """`from_json`'s schema: the id, the dimensions and the time as text, the measures as
+    their declared decimals (the default: "event_id string, key string, event_time string,
+    value decimal(38,6)")."""
+    text = [shape.event_id, *(d.source for d in shape.dimensions), shape.event_time.field]
+    return ", ".join([*(f"`{c}` string" for c in text),
+                      *(f"`{f}` {shape.fields[f]}" for f in shape.measure_fields)])
+
+
+def event_time(text, formats=("iso8601", "epoch_millis")):
+    """Epoch milliseconds or seconds (digits), as declared, or ISO-8601."""
+    digits = (F.timestamp_millis(text.cast("long")) if "epoch_millis" in formats
+              else F.timestamp_seconds(text.cast("decimal(18,6)")))
+    return F.when(text.rlike("^[0-9]+(\\.[0-9]+)?$"), digits).otherwise(F.try_to_timestamp(text))
+
+
+def events(kafka: DataFrame, shape: EventShape = DEFAULT_SHAPE) -> DataFrame:
+    e = kafka.select(F.from_json(F.col("value").cast("string"), schema(shape)).alias("e"),
                      F.col("timestamp").alias("kafka_timestamp"), "partition", "offset")
-    return (e.select("e.event_id", "e.key", event_time(F.col("e.event_time")).alias("event_time"),
-                     "e.value", "kafka_timestamp", "partition", "offset")
-            .where(F.col("event_time").isNotNull() & F.col("event_id").isNotNull()
-                   & F.col("key").isNotNull() & F.col("value").isNotNull()))
+    columns = [F.col(f"e.`{shape.event_id}`").alias("event_id"),
+               *(F.col(f"e.`{d.source}`").alias(d.name) for d in shape.dimensions),
+               event_time(F.col(f"e.`{shape.event_time.field}`"), shape.event_time.formats)
+               .alias("event_time"),
+               *(F.col(f"e.`{f}`").alias(f) for f in shape.measure_fields)]
+    names = ["event_id", *shape.dimension_names, "event_time", *shape.measure_fields]
+    parsed = e.select(*columns, "kafka_timestamp", "partition", "offset")
+    return parsed.where(" AND ".join(f"`{n}` IS NOT NULL" for n in names))
 
 
-def windows(events: DataFrame) -> DataFrame:
-    return events.groupBy(F.window("event_time", "1 minute"), "key").agg(
-        F.count("*").alias("event_count"), F.sum("value").alias("value_sum"),
-        F.min("value").alias("value_min"), F.max("value").alias("value_max"))
+def windows(events: DataFrame, shape: EventShape = DEFAULT_SHAPE,
+            size: str = "1 minute") -> DataFrame:
+    aggregates = [F.count("*").alias("event_count")]
+    for m in shape.measures:
+        for a in m.aggregates:
+            fn = {"sum": F.sum, "min": F.min, "max": F.max}[a]
+            aggregates.append(fn(m.field).alias(f"{m.column_prefix}_{a}"))
+    return events.groupBy(F.window("event_time", size), *shape.dimension_names).agg(*aggregates)
+
+
+def _windows_of(events: DataFrame, settings: Settings) -> DataFrame:
+    return windows(events, settings.shape, spark_interval(settings.window_size))
 
 
 def _kafka(reader, settings: Settings):
@@ -55,7 +78,8 @@ def streaming_job(spark: SparkSession, settings: Settings, out: str, checkpoint:
                   max_offsets: int) -> None:
     """availableNow: Kafka -> from_json -> watermark -> windows -> Delta append."""
     source = _kafka(spark.readStream, settings).option("maxOffsetsPerTrigger", max_offsets).load()
-    query = (windows(events(source).withWatermark("event_time", "30 seconds"))
+    query = (_windows_of(events(source, settings.shape).withWatermark(
+                 "event_time", spark_interval(settings.watermark_delay)), settings)
              .writeStream.format("delta").outputMode("append")
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start(out))
     query.awaitTermination()
@@ -68,9 +92,11 @@ def fair_streaming_job(spark: SparkSession, settings: Settings, out: str, checkp
     source = _kafka(spark.readStream, settings).option("maxOffsetsPerTrigger", max_offsets).load()
 
     def batch(df: DataFrame, _batch_id: int) -> None:
-        parsed = events(df).withColumn("event_date", F.to_date("event_time")).persist()
+        parsed = events(df, settings.shape).withColumn("event_date",
+                                                        F.to_date("event_time")).persist()
         parsed.write.format("delta").mode("append").partitionBy("event_date").save(out + "_bronze")
-        windows(parsed.dropDuplicates(["event_id"])).write.format("delta").mode("append").save(out)
+        _windows_of(parsed.dropDuplicates(["event_id"]), settings).write.format("delta").mode(
+            "append").save(out)
         parsed.unpersist()
 
     query = (source.writeStream.foreachBatch(batch).option("checkpointLocation", checkpoint)
@@ -89,8 +115,9 @@ def batch_job(spark: SparkSession, settings: Settings, out: str, day: date,
                       {topic: {str(p): lo for p, (lo, _) in ranges.items()}}))
                   .option("endingOffsets", json.dumps(
                       {topic: {str(p): hi for p, (_, hi) in ranges.items()}})))
-    day_events = events(reader.load()).where(F.to_date("event_time") == F.lit(day))
-    (windows(day_events.dropDuplicates(["event_id"]))
+    day_events = events(reader.load(), settings.shape).where(
+        F.to_date("event_time") == F.lit(day))
+    (_windows_of(day_events.dropDuplicates(["event_id"]), settings)
      .withColumn("event_date", F.to_date("window.start"))
      .write.format("delta").mode("overwrite")
      .option("replaceWhere", f"event_date = DATE'{day.isoformat()}'").save(out))

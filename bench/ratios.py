@@ -9,6 +9,9 @@
 - Every run counts the same events: the peers' parsed events are checked against bronze.
 - The replay of the larger date against the hand-written batch job on the same offset range,
   interleaved the same way.
+- The same catch-up comparison for a spec's pipeline (BENCH_PIPELINE, default
+  examples/orders.yaml; empty to skip): its events from `testkit.spec_events`, the peers written
+  for its fields (`handwritten.schema`), reported next to the default pipeline's ratios.
 Results: bench/results/bench-<date>.json. Compare ratios within a run, not across runs.
 """
 
@@ -28,22 +31,28 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 from bench import handwritten, write_result  # noqa: E402
 from lakehouse.settings import Settings  # noqa: E402
+from lakehouse.spec import PipelineSpec, load_spec  # noqa: E402
 from testkit.generator import GeneratorConfig, generate, produce  # noqa: E402
+from testkit.spec_events import generate_for_spec  # noqa: E402
 
 WORK = Path("/tmp") / f"lakehouse-bench-{uuid.uuid4().hex[:6]}"
 
 
-def records(count: int, seed: int) -> list:
+def records(count: int, seed: int, spec: PipelineSpec | None = None) -> list:
     """`count` events over two dates (a fifth on the first): ISO and epoch-ms times, late,
-    duplicate and malformed records as the generator mixes them."""
+    duplicate and malformed records as the generator mixes them (a spec's: its own fields)."""
     end = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=1)
-    return generate(GeneratorConfig(count=count, seed=seed, end=end, span=timedelta(hours=30),
-                                    keys=max(50, count // 200))).records
+    cfg = GeneratorConfig(count=count, seed=seed, end=end, span=timedelta(hours=30),
+                          keys=max(50, count // 200))
+    return (generate_for_spec(spec, cfg) if spec else generate(cfg)).records
 
 
-def settings_for(topic: str, run: str) -> Settings:
-    return Settings.from_env({**os.environ, "EVENTS_TOPIC": topic,
+def settings_for(topic: str, run: str, spec: PipelineSpec | None = None) -> Settings:
+    base = Settings.from_env({**os.environ, "EVENTS_TOPIC": topic,
                               "LAKEHOUSE_ROOT": str(WORK / run)})
+    if spec is None:
+        return base
+    return spec.settings(base, os.environ).model_copy(update={"events_topic": topic})
 
 
 def timed(fn) -> float:
@@ -52,31 +61,25 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> int:
-    from pyspark.sql import functions as F
-
+def catch_up_ratios(spark, n: int, rounds: int, counter: Counter,
+                    spec: PipelineSpec | None = None) -> tuple[dict, Settings, Settings]:
+    """The catch-up of an n-event topic by the product and its two peers, warmed, interleaved,
+    `rounds` times each on fresh roots: (the medians, their ratios and both sides' event counts;
+    the last product run's settings; the topic's settings)."""
     from lakehouse.kafka_admin import ensure_topic
-    from lakehouse.log_ranges import offset_ranges
     from spark_jobs import stream
-    from spark_jobs.replay import run_replay
-    from spark_jobs.session import get_spark
     from spark_jobs.tables import ensure_tables
 
-    n = int(os.environ.get("BENCH_EVENTS", "2000000"))
-    rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     warm_topic = f"bench-warm-{uuid.uuid4().hex[:8]}"
-    base = settings_for(topic, "base")
-    spark = get_spark(base)
+    base = settings_for(topic, "base", spec)
     for t, count in ((warm_topic, 20_000), (topic, n)):
-        s = settings_for(t, "produce")
+        s = settings_for(t, "produce", spec)
         ensure_topic(s)
         t0 = time.perf_counter()
-        produce(s, records(count, seed=7))
+        produce(s, records(count, seed=7, spec=spec))
         if t == topic:
             produce_s = time.perf_counter() - t0
-
-    counter = Counter()
 
     def fresh_memory() -> None:
         """Each run starts with the same free memory (no cached blocks of the previous one)."""
@@ -86,7 +89,7 @@ def main() -> int:
     def product(t: str) -> float:
         fresh_memory()
         counter["run"] += 1
-        s = settings_for(t, f"product-{counter['run']}")
+        s = settings_for(t, f"product-{counter['run']}", spec)
         ensure_tables(spark, s)  # creating ten tables is set-up, not catch-up
         return timed(lambda: stream.catch_up(spark, s))
 
@@ -94,7 +97,8 @@ def main() -> int:
         fresh_memory()
         counter["run"] += 1
         out = str(WORK / f"peer-{counter['run']}")
-        return timed(lambda: job(spark, settings_for(t, "peer"), out + "/out", out + "/ck", n))
+        return timed(lambda: job(spark, settings_for(t, "peer", spec), out + "/out", out + "/ck",
+                                 n))
 
     naive = handwritten.streaming_job
     fair = handwritten.fair_streaming_job
@@ -106,14 +110,43 @@ def main() -> int:
         catch_up["product"].append(product(topic))
         catch_up["naive_peer"].append(peer(topic, naive))
         catch_up["fair_peer"].append(peer(topic, fair))
-    last_product = settings_for(topic, f"product-{counter['run'] - 2}")
+    last_product = settings_for(topic, f"product-{counter['run'] - 2}", spec)
 
     # Same events on both sides: the peer's parsed events vs the product's bronze.
-    bronze = spark.read.format("delta").load(last_product.table_path("bronze_events"))
+    bronze_rows = spark.read.format("delta").load(last_product.table_path("bronze_events")).count()
     raw = spark.read.format("kafka").options(**base.spark_kafka_options).option(
         "subscribe", topic).option("startingOffsets", "earliest").load()
-    peer_events = handwritten.events(raw).count()
-    bronze_rows = bronze.count()
+    peer_events = handwritten.events(raw, base.shape).count()
+    med = {k: statistics.median(v) for k, v in catch_up.items()}
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "pipeline": base.pipeline,
+        "events": n, "rounds": rounds, "produce_records_per_s": round(n / produce_s),
+        "same_events": {"product_bronze_rows": bronze_rows, "peer_parsed_events": peer_events},
+        "catch_up_s": {k: [round(x, 2) for x in v] for k, v in catch_up.items()},
+        "catch_up_median_s": {k: round(v, 2) for k, v in med.items()},
+        "catch_up_records_per_s": {k: round(n / v) for k, v in med.items()},
+        "catch_up_ratio_vs_naive_peer": round(med["naive_peer"] / med["product"], 2),
+        "catch_up_ratio_vs_fair_peer": round(med["fair_peer"] / med["product"], 2),
+    }, last_product, base
+
+
+def main() -> int:
+    from pyspark.sql import functions as F
+
+    from lakehouse.log_ranges import offset_ranges
+    from spark_jobs.replay import run_replay
+    from spark_jobs.session import get_spark
+
+    n = int(os.environ.get("BENCH_EVENTS", "2000000"))
+    rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
+    spec_path = os.environ.get("BENCH_PIPELINE", "examples/orders.yaml").strip()
+    spec = load_spec(spec_path) if spec_path else None
+    spark = get_spark(settings_for("bench", "base"))
+    counter = Counter()
+    result, last_product, base = catch_up_ratios(spark, n, rounds, counter)
+    bronze = spark.read.format("delta").load(last_product.table_path("bronze_events"))
 
     # Replay of the larger date, on the range the product's own replay reads.
     sizes = {r.event_date: r.n for r in bronze.groupBy("event_date").agg(
@@ -128,23 +161,19 @@ def main() -> int:
         replay["batch_peer"].append(timed(lambda i=i: handwritten.batch_job(
             spark, base, str(WORK / f"batch-{i}"), day, ranges)))
 
-    med = {k: statistics.median(v) for k, v in catch_up.items()}
     rmed = {k: statistics.median(v) for k, v in replay.items()}
-    result = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "events": n, "rounds": rounds, "produce_records_per_s": round(n / produce_s),
-        "same_events": {"product_bronze_rows": bronze_rows, "peer_parsed_events": peer_events},
-        "catch_up_s": {k: [round(x, 2) for x in v] for k, v in catch_up.items()},
-        "catch_up_median_s": {k: round(v, 2) for k, v in med.items()},
-        "catch_up_records_per_s": {k: round(n / v) for k, v in med.items()},
-        "catch_up_ratio_vs_naive_peer": round(med["naive_peer"] / med["product"], 2),
-        "catch_up_ratio_vs_fair_peer": round(med["fair_peer"] / med["product"], 2),
+    result.update({
         "replay_date": day.isoformat(), "replay_date_events": sizes[day],
         "replay_s": {k: [round(x, 2) for x in v] for k, v in replay.items()},
         "replay_median_s": {k: round(v, 2) for k, v in rmed.items()},
         "replay_ratio_vs_batch_peer": round(rmed["batch_peer"] / rmed["product"], 2),
-    }
+    })
+    if spec is not None:  # the same catch-up comparison for a spec's pipeline, next to it
+        result["pipelines"] = {
+            "default": {k: result[k] for k in ("catch_up_median_s", "catch_up_ratio_vs_naive_peer",
+                                               "catch_up_ratio_vs_fair_peer")},
+            spec.name: catch_up_ratios(spark, n, rounds, counter, spec)[0],
+        }
     print(result, flush=True)
     write_result("bench", result)
     return 0
