@@ -26,8 +26,8 @@ from pyspark.sql import SparkSession
 
 from lakehouse.kafka_admin import ensure_topic
 from lakehouse.settings import Settings, SettingsError
-from lakehouse.spec import PipelineSpec, SpecError, check_pipelines, load_spec, parse_spec
 from lakehouse.topic_status import TopicStatus, topic_status
+from specs.pipeline import PipelineSpec, SpecError, check_pipelines, load_spec, parse_spec
 
 # Credentials among the Kafka options: they belong to the environment's brokers.
 _CREDENTIALS = ("sasl.password", "sasl.jaas.config", "ssl.key.password",

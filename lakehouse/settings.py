@@ -260,7 +260,7 @@ class Settings(BaseSettings):
     metrics_port: Annotated[int, Field(ge=1, le=65535)] = _env("METRICS_PORT", 9108)
     # `make demo`: Dagster's event stream and Spark's output on the console (DEMO_VERBOSE=1).
     demo_verbose: bool = _env("DEMO_VERBOSE", False)
-    # Which pipeline these settings run (never from a variable: `lakehouse.spec` sets them for
+    # Which pipeline these settings run (never from a variable: `specs.pipeline` sets them for
     # a spec's pipeline); the default is the contract's.
     pipeline: str = Field("default", validation_alias=AliasChoices("_pipeline"))
     shape: EventShape = Field(DEFAULT_SHAPE, validation_alias=AliasChoices("_shape"))

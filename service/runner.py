@@ -30,7 +30,6 @@ from lakehouse.kafka_admin import PartitionOffsets, ensure_topic, topic_offsets
 from lakehouse.locks import CheckpointBusy, Fence, WriterLockLost, checkpoint_lock
 from lakehouse.progress_reports import BatchReport, as_dict
 from lakehouse.settings import Settings, SettingsError, spark_interval
-from lakehouse.spec import selected_pipeline
 from service.metrics import serving
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import RecentIds
@@ -43,6 +42,7 @@ from spark_jobs.stream import (
     is_known_restart_bug,
     start_ingest,
 )
+from specs.pipeline import selected_pipeline
 
 PROGRESS_EVERY_S = 30.0  # stream_progress bookkeeping: at most one commit per this long
 LOCK_LOST = 3  # exit status of a service that lost its writer lock

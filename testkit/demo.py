@@ -30,8 +30,8 @@ from datetime import date, timedelta
 
 from lakehouse import delta_log
 from lakehouse.settings import Settings, SettingsError, parse_duration
-from lakehouse.spec import PipelineSpec, selected_pipeline
 from orchestration.console import Console, quiet_process_output
+from specs.pipeline import PipelineSpec, selected_pipeline
 from testkit.runs import run_job
 
 # Dagster's console logger at WARNING: the DEBUG event stream still goes to the run storage.

@@ -1,4 +1,4 @@
-"""Generated events and an independent reference for any pipeline spec (`lakehouse.spec`).
+"""Generated events and an independent reference for any pipeline spec (`specs.pipeline`).
 
 `generate_for_spec` is `testkit.generator.generate` for a spec's event shape: its fields, its
 time forms, its dimensions and decimal measures, with the same traffic (disorder, late events,
@@ -19,7 +19,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_DOWN, Decimal, localcontext
 
 from lakehouse.shape import EventShape
-from lakehouse.spec import PipelineSpec
+from specs.pipeline import PipelineSpec
 from testkit.generator import Generated, GeneratorConfig, Record, _encode
 from testkit.reference import VALID_KINDS, dedup
 

@@ -41,8 +41,8 @@ def two_pipelines(tmp_path_factory, kafka_bootstrap):
     from assets.resources import LakehouseResource
     from lakehouse.env import overridden
     from lakehouse.settings import Settings
-    from lakehouse.spec import load_spec
     from orchestration.definitions import definitions_for
+    from specs.pipeline import load_spec
 
     tmp = tmp_path_factory.mktemp("two")
     spec_path = orders_spec(tmp)
@@ -139,8 +139,8 @@ def test_orders_service_crashes_lose_and_duplicate_nothing(tmp_path, kafka_boots
     from dagster import DagsterInstance
 
     from lakehouse.env import overridden
-    from lakehouse.spec import selected_pipeline
     from spark_jobs.stream import INGEST_QUERY
+    from specs.pipeline import selected_pipeline
     from testkit.faults import kill_in_flight, kill_inside_batch, next_batch, start_service, wait_for
     from testkit.generator import GeneratorConfig, produce
     from testkit.reference import VALID_KINDS

@@ -7,7 +7,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from lakehouse.settings import Settings, utc
-from lakehouse.spec import load_spec
+from specs.pipeline import load_spec
 from transforms.parse import parsed_events, reasons
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -13,7 +13,7 @@ import pytest
 
 from assets.resources import LakehouseResource, pipeline_specs
 from lakehouse.settings import SettingsError
-from lakehouse.spec import SpecError
+from specs.pipeline import SpecError
 
 REPO = Path(__file__).resolve().parents[1]
 SNAPSHOT = REPO / "tests" / "snapshots" / "asset_graph.txt"
@@ -161,7 +161,7 @@ def test_a_bad_spec_fails_the_load_naming_the_file_and_the_field(tmp_path):
     done = load(f"examples/app_events.yaml, {bad}", tmp_path, "import orchestration.definitions")
     assert done.returncode != 0
     message = done.stderr.strip().splitlines()[-1]
-    assert message.startswith("lakehouse.spec.SpecError: ")
+    assert message.startswith("specs.pipeline.SpecError: ")
     assert f"{bad}: measures[0].field: 'amout' is not a declared field" in message
 
 

@@ -8,7 +8,7 @@ import pytest
 from lakehouse import catalog
 from lakehouse.settings import Settings
 from lakehouse.shape import DEFAULT_SHAPE
-from lakehouse.spec import SpecError, check_pipelines, load_spec, parse_spec
+from specs.pipeline import SpecError, check_pipelines, load_spec, parse_spec
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FIELDS = {"order_id": "string", "created_at": "timestamp", "region": "string",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.spec import load_spec, parse_spec
+from specs.pipeline import load_spec, parse_spec
 from testkit.generator import GeneratorConfig, Record, _encode
 from testkit.reference import VALID_KINDS
 from testkit.spec_events import (

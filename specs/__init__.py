@@ -1,0 +1,1 @@
+"""Pipeline specs: another topic's events and their aggregation, declared in YAML."""
