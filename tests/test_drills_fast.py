@@ -103,6 +103,10 @@ def test_wrong_credentials_fail_fast_naming_authentication_without_leaking(
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("EVENTS_TOPIC", f"sasl-{uuid.uuid4().hex[:8]}")
     monkeypatch.setenv("LAKEHOUSE_ROOT", str(tmp_path / "lakehouse"))
+    from lakehouse.kafka_admin import forget_admins
+
+    forget_admins(broker.bootstrap)  # the right credentials' clients of another test, if any
+    wait_until(lambda: not sockets_to(broker.port), "earlier clients' sockets to close")
     before = broker.failed_authentications()
     instance = DagsterInstance.ephemeral()
     t0 = time.monotonic()
