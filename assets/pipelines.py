@@ -19,8 +19,9 @@ from datetime import date
 from dagster import AssetKey, DailyPartitionsDefinition
 
 from assets.partitions import daily_event_dates, first_partition
-from assets.resources import DEFAULT_LAKEHOUSE, pipeline_specs
+from assets.resources import DEFAULT_LAKEHOUSE
 from lakehouse.settings import Settings
+from specs.pipeline import pipeline_specs
 
 
 @dataclass(frozen=True, eq=False)

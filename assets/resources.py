@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from dagster import ConfigurableResource
@@ -27,32 +26,11 @@ from pyspark.sql import SparkSession
 from lakehouse.kafka_admin import ensure_topic
 from lakehouse.settings import Settings, SettingsError
 from lakehouse.topic_status import TopicStatus, topic_status
-from specs.pipeline import PipelineSpec, SpecError, check_pipelines, load_spec, parse_spec
+from specs.pipeline import DEFAULT_PIPELINE, PipelineSpec, SpecError, pipeline_specs
 
 # Credentials among the Kafka options: they belong to the environment's brokers.
 _CREDENTIALS = ("sasl.password", "sasl.jaas.config", "ssl.key.password",
                 "ssl.keystore.password", "ssl.truststore.password", "sasl.oauthbearer")
-
-# The pipeline whose tables are LAKEHOUSE_ROOT itself (`Settings.pipeline`'s default).
-DEFAULT_PIPELINE = "default"
-
-
-def pipeline_specs(env: Mapping[str, str] | None = None) -> list[PipelineSpec]:
-    """The specs PIPELINES names (comma-separated YAML paths, relative to the working directory),
-    checked side by side with the default pipeline: a SpecError names the file and the field."""
-    env = os.environ if env is None else env
-    paths = [p.strip() for p in env.get("PIPELINES", "").split(",") if p.strip()]
-    specs = [load_spec(path) for path in paths]
-    for path, spec in zip(paths, specs, strict=True):
-        if spec.name == DEFAULT_PIPELINE:
-            raise SpecError(f"{path}: name: {DEFAULT_PIPELINE!r} is the pipeline of "
-                            "LAKEHOUSE_ROOT itself (unprefixed assets): choose another name")
-    try:
-        check_pipelines([parse_spec({"name": DEFAULT_PIPELINE, "topic": "events"}), *specs])
-    except SpecError as exc:
-        raise SpecError(f"PIPELINES={env['PIPELINES']}: {exc}") from None
-    return specs
-
 
 class LakehouseResource(ConfigurableResource):
     """The typed settings (env vars, docs/design.md §7); fields here override them (tests, UI).

@@ -10,6 +10,7 @@ prefixes are each their own). Pure Python (pydantic + YAML): no Spark, no Dagste
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
@@ -223,8 +224,6 @@ def selected_pipeline(env: Mapping[str, str] | None = None
                       ) -> tuple[PipelineSpec | None, Settings]:
     """The pipeline a process runs (`make stream`, `make demo`): the spec file PIPELINE names
     and its settings, or (no PIPELINE) None and the default pipeline's settings."""
-    import os
-
     env = os.environ if env is None else env
     base = Settings.from_env(env)
     path = env.get("PIPELINE", "").strip()
@@ -232,3 +231,24 @@ def selected_pipeline(env: Mapping[str, str] | None = None
         return None, base
     spec = load_spec(path)
     return spec, spec.settings(base, env)
+
+
+# The pipeline whose tables are LAKEHOUSE_ROOT itself (`Settings.pipeline`'s default).
+DEFAULT_PIPELINE = "default"
+
+
+def pipeline_specs(env: Mapping[str, str] | None = None) -> list[PipelineSpec]:
+    """The specs PIPELINES names (comma-separated YAML paths, relative to the working directory),
+    checked side by side with the default pipeline: a SpecError names the file and the field."""
+    env = os.environ if env is None else env
+    paths = [p.strip() for p in env.get("PIPELINES", "").split(",") if p.strip()]
+    specs = [load_spec(path) for path in paths]
+    for path, spec in zip(paths, specs, strict=True):
+        if spec.name == DEFAULT_PIPELINE:
+            raise SpecError(f"{path}: name: {DEFAULT_PIPELINE!r} is the pipeline of "
+                            "LAKEHOUSE_ROOT itself (unprefixed assets): choose another name")
+    try:
+        check_pipelines([parse_spec({"name": DEFAULT_PIPELINE, "topic": "events"}), *specs])
+    except SpecError as exc:
+        raise SpecError(f"PIPELINES={env['PIPELINES']}: {exc}") from None
+    return specs

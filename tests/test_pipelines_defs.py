@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from assets.resources import LakehouseResource, pipeline_specs
+from assets.resources import LakehouseResource
 from lakehouse.settings import SettingsError
-from specs.pipeline import SpecError
+from specs.pipeline import SpecError, pipeline_specs
 
 REPO = Path(__file__).resolve().parents[1]
 SNAPSHOT = REPO / "tests" / "snapshots" / "asset_graph.txt"

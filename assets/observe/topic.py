@@ -3,7 +3,8 @@ observation sensor."""
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-from assets.resources import DEFAULT_PIPELINE, KafkaResource
+from assets.resources import KafkaResource
+from specs.pipeline import DEFAULT_PIPELINE
 
 PARTITION_SCHEMA = TableSchema(columns=[
     TableColumn("partition", "int"),
