@@ -49,14 +49,6 @@ from lakehouse.delta_log import open_table
 from lakehouse.settings import Settings
 from orchestration.jobs import pipeline_jobs
 
-# The default pipeline's first daily partition, read when the code location loaded (a module
-# attribute: tests stand in for a reload by moving it); other pipelines carry their own.
-FIRST_PARTITION = DEFAULT.first_partition
-
-
-def first_partition_of(p: Pipeline) -> date:
-    return FIRST_PARTITION if p is DEFAULT else p.first_partition
-
 
 def new_late_dates(settings: Settings, after_version: int | None, now: datetime
                    ) -> tuple[dict[date, int], int | None]:
@@ -142,7 +134,7 @@ def pipeline_sensors(p: Pipeline) -> tuple[SensorDefinition, ...]:
             description="Corrections for the dates that received new late events, each proven "
                         "against a replay of the log in the same run (blocking check).")
     def late_data_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
-        return late_data_result(context, lakehouse.settings_for(p.name), first_partition_of(p))
+        return late_data_result(context, lakehouse.settings_for(p.name), p.first_partition)
 
     @sensor(name=p.named("topic_observation_sensor"), minimum_interval_seconds=60,
             default_status=DefaultSensorStatus.RUNNING,

@@ -162,31 +162,32 @@ def test_a_correct_dates_run_is_followed_by_the_proof_of_its_dates():
     assert prove_corrected_dates.job_name == "verify_dates"
 
 
-def test_late_events_before_the_first_partition_are_named_until_a_reload(root, monkeypatch):
+def test_late_events_before_the_first_partition_are_named_until_a_reload(root):
     """Partitions start at the first event date read when the definitions loaded; late events
     of an older date (still within the horizon) get no run until a reload: each tick says so
-    and keeps its cursor, so the first tick after the reload requests them."""
-    from orchestration import sensors
+    and keeps its cursor, so the first tick after the reload requests them. (A reload builds
+    the sensor with a new first partition: the tick is called with each.)"""
+    from orchestration.sensors import late_data_result
 
     instance = DagsterInstance.ephemeral()
+    settings = resources(root)["lakehouse"].settings
     now = datetime.now(UTC).replace(microsecond=0)
     today, three_days = now.date(), now.date() - timedelta(days=3)
+
+    def tick(cursor: str, first):
+        return late_data_result(build_sensor_context(instance=instance, cursor=cursor),
+                                settings, first)
+
     write_late(root, [(three_days, now - timedelta(minutes=5)), (today, now - timedelta(minutes=4))])
-    monkeypatch.setattr(sensors, "FIRST_PARTITION", today)  # loaded before the old date's data
-    result = late_data_sensor(build_sensor_context(instance=instance, cursor="v-1",
-                                                   resources=resources(root)))
+    result = tick("v-1", today)  # loaded before the old date's data
     assert [r.partition_key for r in result.run_requests] == [today.isoformat()]
     assert result.cursor == "v-1"  # not past the date that could not be requested
-    monkeypatch.setattr(sensors, "FIRST_PARTITION", three_days)  # the reload
-    after = late_data_sensor(build_sensor_context(instance=instance, cursor=result.cursor,
-                                                  resources=resources(root)))
+    after = tick(result.cursor, three_days)  # the reload
     assert {r.partition_key for r in after.run_requests} == {three_days.isoformat(),
                                                              today.isoformat()}
 
-    monkeypatch.setattr(sensors, "FIRST_PARTITION", today)
     write_late(root, [(three_days, now - timedelta(minutes=1))])
-    only_old = late_data_sensor(build_sensor_context(instance=instance, cursor="v0",
-                                                     resources=resources(root)))
+    only_old = tick("v0", today)
     assert not only_old.run_requests and only_old.cursor == "v0"
     message = only_old.skip_reason.skip_message
     assert three_days.isoformat() in message and "reload" in message
