@@ -24,6 +24,8 @@ RESERVED_COLUMNS = frozenset({
     "record_key", "topic", "partition", "offset", "kafka_timestamp", "ingested_at",
     "bronze_batch_id", "lateness_ms", "batch_watermark", "recorded_at",
 })
+# Names whose reason codes would read as a record-level one (`invalid_json`, `invalid_utf8`).
+RESERVED_NAMES = frozenset({"json", "utf8"})
 DIMENSION_TYPES = {"string": "STRING", "int": "INT", "long": "BIGINT", "date": "DATE"}
 SCALAR_TYPES = (*DIMENSION_TYPES, "timestamp")
 TIME_FORMS = ("iso8601", "epoch_seconds", "epoch_millis")
@@ -146,11 +148,18 @@ class EventShape(BaseModel):
             if not kind.startswith("decimal"):
                 raise ValueError(f"measures[{i}]: {m.field!r} is {kind}: sums, minima and "
                                  "maxima are exact decimals, declare it decimal(p,s)")
+        # Bronze and the late lane hold the dimensions (by name) and the measure fields side by
+        # side; the aggregates the dimensions and the measure columns.
         seen: dict[str, str] = {}
         for where, column in [*((f"dimensions[{i}]", d.name)
                                 for i, d in enumerate(self.dimensions)),
+                              *((f"measures[{i}].field", f)
+                                for i, f in enumerate(self.measure_fields)),
                               *((f"measures[{i}]", c) for i, m in enumerate(self.measures)
                                 for c, _ in self.measure_columns_of(m))]:
+            if column in RESERVED_NAMES:
+                raise ValueError(f"{where}: {column!r} would give reason codes that read as the "
+                                 f"record's (invalid_{column}): choose another name")
             if column in RESERVED_COLUMNS:
                 raise ValueError(f"{where}: {column!r} is a column every table already has")
             if column in seen:
