@@ -13,10 +13,15 @@ from assets.reconcile.checks import data_checks
 # Whole runs that write the same tables queue behind each other (the instance's
 # `tag_concurrency_limits`, infra/dagster*.yaml): a run keeps its Spark session between its
 # steps, so op-level pools alone could let it hold a cluster's cores while it waits for a slot
-# held by a run that waits for those cores. The tags are the same for every pipeline: one
-# stream writer and one daily writer at a time in the whole code location.
-STREAM_WRITES = {"lakehouse/writes": "stream"}
-DAILY_WRITES = {"lakehouse/writes": "daily"}
+# held by a run that waits for those cores. Per pipeline (`stream`, `daily` for the default,
+# `orders__stream`... for a spec's; the limit applies per tag value): pipelines write their
+# own tables and queue only behind themselves.
+WRITES = "lakehouse/writes"
+
+
+def writes(p: Pipeline, kind: str) -> dict[str, str]:
+    """The run tag that queues `p`'s writers of `kind` ("stream" or "daily") one at a time."""
+    return {WRITES: p.named(kind)}
 
 PUBLISHED = ("replay_aggregates", "late_corrections", "reconciled_aggregates")
 
@@ -36,11 +41,12 @@ def pipeline_jobs(p: Pipeline) -> dict:
     def daily_job(name: str, selection: AssetSelection, description: str, config=None):
         """A job over event dates: the daily partitions, queued with the other daily writers."""
         return define_asset_job(p.named(name), selection=selection, partitions_def=p.partitions,
-                                tags=DAILY_WRITES, config=config, description=description)
+                                tags=writes(p, "daily"), config=config,
+                                description=description)
 
     compact_and_vacuum = maintenance_op(p)
 
-    @job(name=p.named("table_maintenance"), tags=DAILY_WRITES,
+    @job(name=p.named("table_maintenance"), tags=writes(p, "daily"),
          description="Compact the small files of every table (OPTIMIZE where no writer races it) "
                      "and VACUUM files older than each table's Delta log retention.")
     def table_maintenance_job():
@@ -50,7 +56,7 @@ def pipeline_jobs(p: Pipeline) -> dict:
         define_asset_job(
             p.named("stream_catch_up"),
             selection=with_data_checks("raw_events", "bronze_events", "streaming_aggregates"),
-            tags=STREAM_WRITES,
+            tags=writes(p, "stream"),
             description="Catch the stream up: every available Kafka record through bronze and "
                         "the windowed aggregates."),
         daily_job(

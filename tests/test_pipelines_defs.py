@@ -44,6 +44,8 @@ print(json.dumps({
                         for k in graph.get_all_asset_keys() if graph.get(k).partitions_def},
     "checks": sorted(f"{k.asset_key.to_user_string()}:{k.name}" for k in graph.asset_check_keys),
     "jobs": sorted(j.name for j in repo.get_all_jobs() if not j.name.startswith("__")),
+    "writes": {j.name: j.tags.get("lakehouse/writes") for j in repo.get_all_jobs()
+               if not j.name.startswith("__")},
     "schedules": {s.name: s.job_name for s in repo.schedule_defs},
     "sensors": sorted(s.name for s in repo.sensor_defs),
     "resources": sorted(defs.resources),
@@ -121,6 +123,12 @@ def test_jobs_schedules_and_sensors_are_named_with_the_prefix(loaded):
     assert out["resources"] == ["kafka", "lakehouse", "log_position", "spark"]
     # The reprocess job configures the pipeline's own corrections op (a valid run config).
     assert out["reprocess_config"] == {"reprocess": True}
+    # Writer runs queue per pipeline (the instance limits one run per tag value).
+    assert out["writes"]["stream_catch_up"] == "stream"
+    assert out["writes"]["reconcile_dates"] == out["writes"]["table_maintenance"] == "daily"
+    assert out["writes"]["orders__stream_catch_up"] == "orders__stream"
+    assert out["writes"]["app_events__verify_dates"] == "app_events__daily"
+    assert out["writes"]["report_timeline"] is None
 
 
 def test_a_pipelines_settings_are_its_folder_and_topic(loaded):
