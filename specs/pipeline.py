@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from lakehouse.catalog import ALL_TABLES
 from lakehouse.settings import Settings, SettingsError, parse_duration
 from lakehouse.shape import DEFAULT_SHAPE, IDENT, STRICT, EventShape, Identifier
 
@@ -34,11 +35,9 @@ class SpecError(SettingsError):
     """A pipeline spec the pipeline cannot run; the message names the file and the field."""
 
 
-# Folders the default pipeline keeps at the root: no other pipeline's folder may take them.
-ROOT_FOLDERS = frozenset({"_checkpoints", "reports", "bronze_events", "quarantined_events",
-                          "streaming_aggregates", "late_events", "reconciled_aggregates",
-                          "replay_aggregates", "late_corrections", "stream_progress",
-                          "skipped_offsets", "corrections_state", "replay_state"})
+# Folders the default pipeline keeps at the root (its tables, checkpoints, reports and local
+# locks): no other pipeline's folder may take them.
+ROOT_FOLDERS = frozenset({*(t.name for t in ALL_TABLES), "_checkpoints", "reports", "_locks"})
 _SECRET_OPTION = re.compile(r"password|jaas|secret|token|key\.pem|\.key$", re.I)
 
 
