@@ -7,7 +7,7 @@ from functools import cache
 import dagster as dg
 
 from assets.observe.topic import topic_metadata
-from assets.pipelines import DEFAULT, Pipeline
+from assets.pipelines import Pipeline
 from assets.resources import KafkaResource, LakehouseResource, SparkResource
 from lakehouse.catalog import BRONZE, LATE, QUARANTINE, STREAMING
 from lakehouse.progress_reports import BatchReport
@@ -97,6 +97,3 @@ def ingest_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
             })
 
     return raw_events, ingest
-
-
-raw_events, ingest = ingest_assets(DEFAULT)

@@ -14,7 +14,7 @@ from dagster import (
     op,
 )
 
-from assets.pipelines import DEFAULT, Pipeline
+from assets.pipelines import Pipeline
 from assets.reconcile.daily import DAILY_POOL
 from assets.resources import LakehouseResource, SparkResource
 from spark_jobs.maintenance import MIN_FILES, maintain_tables
@@ -59,6 +59,3 @@ def maintenance_op(p: Pipeline) -> OpDefinition:
         })
 
     return compact_and_vacuum
-
-
-compact_and_vacuum = maintenance_op(DEFAULT)

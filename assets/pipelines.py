@@ -6,7 +6,8 @@ spec (PIPELINES, `specs.pipeline`) gets the same definitions under its prefix: k
 `orders/bronze_events`, groups `orders_ingest`, jobs `orders__stream_catch_up`. Every factory
 (`assets.ingest.ingest_assets`, `orchestration.jobs.pipeline_jobs`...) takes a `Pipeline` and is
 cached: one set of definitions per pipeline, the default's being the factories called with
-`DEFAULT` (the module-level names such as `assets.ingest.raw_events` are among them).
+`DEFAULT`. There are no module-level definitions: `orchestration.definitions.defs` holds them
+(tests look them up by name there).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from dagster import AssetSelection, define_asset_job, job
 
 from assets.maintain import maintenance_op
 from assets.observe.freshness import freshness_checks_for
-from assets.pipelines import DEFAULT, Pipeline
+from assets.pipelines import Pipeline
 from assets.reconcile.checks import data_checks
 
 # Whole runs that write the same tables queue behind each other (the instance's
@@ -94,7 +94,3 @@ def pipeline_jobs(p: Pipeline) -> dict:
     ]
     prefix = p.named("")
     return {j.name.removeprefix(prefix): j for j in jobs}
-
-
-all_jobs = list(pipeline_jobs(DEFAULT).values())  # the default pipeline's
-verify_job = pipeline_jobs(DEFAULT)["verify_dates"]

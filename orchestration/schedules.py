@@ -27,7 +27,7 @@ from dagster import (
 )
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from assets.pipelines import DEFAULT, Pipeline
+from assets.pipelines import Pipeline
 from assets.resources import LakehouseResource
 from lakehouse.table_reads import bronze_dates
 from orchestration.jobs import pipeline_jobs
@@ -109,8 +109,3 @@ def pipeline_schedules(p: Pipeline) -> tuple[ScheduleDefinition, ...]:
 
     return (stream_catch_up_schedule, corrections_schedule, verification_schedule,
             timeline_schedule, table_maintenance_schedule)
-
-
-all_schedules = list(pipeline_schedules(DEFAULT))  # the default pipeline's
-(stream_catch_up_schedule, corrections_schedule, verification_schedule, timeline_schedule,
- table_maintenance_schedule) = all_schedules

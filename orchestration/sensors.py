@@ -43,7 +43,7 @@ from dagster._core.storage.tags import (
 
 from assets.observe.freshness import freshness_checks_for
 from assets.observe.topic import topic_metadata
-from assets.pipelines import DEFAULT, Pipeline
+from assets.pipelines import Pipeline
 from assets.resources import KafkaResource, LakehouseResource
 from lakehouse.delta_log import open_table
 from lakehouse.settings import Settings
@@ -158,7 +158,3 @@ def pipeline_sensors(p: Pipeline) -> tuple[SensorDefinition, ...]:
         default_status=DefaultSensorStatus.RUNNING)
 
     return late_data_sensor, topic_observation_sensor, prove_corrected_dates, freshness_sensor
-
-
-all_sensors = list(pipeline_sensors(DEFAULT))  # the default pipeline's
-late_data_sensor, topic_observation_sensor, prove_corrected_dates, freshness_sensor = all_sensors

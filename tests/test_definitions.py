@@ -55,8 +55,11 @@ def test_raw_events_through_dg_materialize(instance_env):
     settings' partitions and reports its offsets (a second run finds it)."""
     import dagster as dg
 
-    from assets.ingest import raw_events
+    from assets.ingest import ingest_assets
+    from assets.pipelines import DEFAULT
     from assets.resources import KafkaResource, LakehouseResource
+
+    raw_events = ingest_assets(DEFAULT)[0]
 
     kafka = KafkaResource(lakehouse=LakehouseResource(events_topic=instance_env.events_topic))
     first = dg.materialize([raw_events], resources={"kafka": kafka})

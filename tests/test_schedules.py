@@ -20,9 +20,15 @@ from deltalake import write_deltalake
 
 from assets.resources import LakehouseResource
 from orchestration.definitions import defs
-from orchestration.jobs import verify_job
-from orchestration.schedules import corrections_schedule, stream_catch_up_schedule, verification_schedule
-from orchestration.sensors import late_data_sensor
+
+# The code location's own definitions (the default pipeline's names).
+stream_catch_up_schedule = defs.get_schedule_def("stream_catch_up_schedule")
+corrections_schedule = defs.get_schedule_def("corrections_schedule")
+verification_schedule = defs.get_schedule_def("verification_schedule")
+timeline_schedule = defs.get_schedule_def("timeline_schedule")
+late_data_sensor = defs.get_sensor_def("late_data_sensor")
+prove_corrected_dates = defs.get_sensor_def("prove_corrected_dates")
+verify_job = defs.resolve_job_def("verify_dates")
 
 TICK = datetime(2026, 11, 22, 3, 15, tzinfo=UTC)
 
@@ -90,8 +96,9 @@ def test_verification_schedule_replays_and_proves_yesterday(root):
     assert request.partition_key == "2026-11-21"
     assert verification_schedule.job_name == "verify_dates"
     # The job replays each date up to the position its published gold rows came from.
-    assert defs.resolve_job_def("verify_dates").partitions_def is not None
-    assert verify_job.config["resources"]["log_position"]["config"] == {"as_published": True}
+    assert verify_job.partitions_def is not None
+    config = verify_job.partitioned_config.get_run_config_for_partition_key("2026-11-21")
+    assert config["resources"]["log_position"]["config"] == {"as_published": True}
 
 
 def test_late_data_sensor_requests_exactly_the_dates_with_new_late_events(root):
@@ -127,8 +134,6 @@ def test_late_data_sensor_requests_exactly_the_dates_with_new_late_events(root):
 
 
 def test_timeline_schedule_requests_the_report_run(root):
-    from orchestration.schedules import timeline_schedule
-
     data = timeline_schedule.evaluate_tick(build_schedule_context(scheduled_execution_time=TICK))
     assert len(data.run_requests) == 1 and data.run_requests[0].partition_key is None
     assert timeline_schedule.job_name == "report_timeline"
@@ -139,8 +144,6 @@ def test_a_correct_dates_run_is_followed_by_the_proof_of_its_dates():
     """Whatever launches `correct_dates`, the dates it published get a `verify_dates` run."""
     from dagster import DagsterEvent, DagsterEventType, build_run_status_sensor_context
     from dagster._core.storage.tags import PARTITION_NAME_TAG
-
-    from orchestration.sensors import prove_corrected_dates
 
     instance = DagsterInstance.ephemeral()
 

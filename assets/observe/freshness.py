@@ -7,7 +7,7 @@ from functools import cache
 
 from dagster import AssetChecksDefinition, build_last_update_freshness_checks, build_time_partition_freshness_checks
 
-from assets.pipelines import DEFAULT, Pipeline
+from assets.pipelines import Pipeline
 
 
 @cache
@@ -19,6 +19,3 @@ def freshness_checks_for(p: Pipeline) -> tuple[AssetChecksDefinition, ...]:
             assets=[p.key("reconciled_aggregates")],
             deadline_cron=p.settings.reconciled_deadline_cron, timezone="UTC"),
     )
-
-
-freshness_checks = freshness_checks_for(DEFAULT)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, asset
 
-from assets.pipelines import DEFAULT, Pipeline
+from assets.pipelines import Pipeline
 from assets.resources import LakehouseResource, SparkResource
 from reporting.timeline import write_timeline
 
@@ -36,6 +36,3 @@ def timeline_asset(p: Pipeline) -> AssetsDefinition:
         })
 
     return timeline_report
-
-
-timeline_report = timeline_asset(DEFAULT)

@@ -15,7 +15,7 @@ from dagster import (
 )
 from pyspark.sql import functions as F
 
-from assets.pipelines import DEFAULT, Pipeline
+from assets.pipelines import Pipeline
 from assets.reconcile.daily import partition_dates
 from assets.resources import LakehouseResource, SparkResource
 from expectations.reconciliation import check_equal, data_docs_dir, fast_path_gap
@@ -154,6 +154,3 @@ def data_checks(p: Pipeline) -> tuple[AssetChecksDefinition, ...]:
                                           partition_dates(context.op_execution_context))
 
     return reconciled_equals_replay, fast_path_vs_replay
-
-
-reconciled_equals_replay, fast_path_vs_replay = data_checks(DEFAULT)

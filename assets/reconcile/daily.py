@@ -7,7 +7,7 @@ from functools import cache
 
 import dagster as dg
 
-from assets.pipelines import DEFAULT, Pipeline
+from assets.pipelines import Pipeline
 from assets.reconcile.log_position import version_for
 from assets.resources import LakehouseResource, LogPositionResource, SparkResource
 from lakehouse.catalog import CORRECTIONS, RECONCILED, REPLAY
@@ -153,6 +153,3 @@ def daily_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
         })
 
     return corrections, replay_aggregates
-
-
-corrections, replay_aggregates = daily_assets(DEFAULT)
