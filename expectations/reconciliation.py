@@ -161,9 +161,19 @@ def _validate(context, df: DataFrame, suite: gx.ExpectationSuite, result_format=
     return result, (urls[0]["site_url"] if urls else None)
 
 
+def sum_columns(shape: EventShape) -> dict[str, str]:
+    """The shape's sum columns and their types (the default's: value_sum decimal(38,6))."""
+    return {c: t for c, t in shape.measure_columns_typed() if c in shape.columns_of("sum")}
+
+
+def missed(sum_column: str) -> str:
+    """The fast-path gap's name for what the watermark cost a sum: `value_sum` -> `value_missed`."""
+    return sum_column.removesuffix("_sum") + "_missed"
+
+
 def _totals(df: DataFrame, side: str, shape: EventShape) -> DataFrame:
     """Windows, events and each sum over the date, as text (exact in GX's comparison)."""
-    sums = {c: t for c, t in shape.measure_columns_typed() if c in shape.columns_of("sum")}
+    sums = sum_columns(shape)
     return df.agg(
         F.count("*").cast("string").alias(f"{side}_windows"),
         F.coalesce(F.sum("event_count"), F.lit(0)).cast("string").alias(f"{side}_event_count"),
@@ -240,14 +250,12 @@ def fast_path_gap(streaming: DataFrame, replay: DataFrame, late: DataFrame, d: d
         F.count(F.when(differs_ & ~F.coalesce(explained, F.lit(False)), 1))
         .alias("windows_unexplained"),
         (total("replay_event_count") - total("streaming_event_count")).alias("events_missed"),
-        # `value_missed` for the default shape's value_sum; `<measure>_missed` for each sum.
-        *[(total(f"replay_{c}") - total(f"streaming_{c}")).cast(t)
-          .alias(f"{c[:-len('_sum')]}_missed")
-          for c, t in shape.measure_columns_typed() if c in shape.columns_of("sum")],
+        *[(total(f"replay_{c}") - total(f"streaming_{c}")).cast(t).alias(missed(c))
+          for c, t in sum_columns(shape).items()],
     ).first()
     gap = row.asDict()
-    for c in shape.columns_of("sum"):
-        gap[f"{c[:-len('_sum')]}_missed"] = str(gap[f"{c[:-len('_sum')]}_missed"])
+    for c in sum_columns(shape):
+        gap[missed(c)] = str(gap[missed(c)])
     gap["late_events"] = late.count()
     gap["event_date"] = d.isoformat()
     return gap

@@ -13,14 +13,10 @@ from lakehouse.shape import DEFAULT_SHAPE, EventShape
 # The ingest query's name: its checkpoint is `$LAKEHOUSE_ROOT/_checkpoints/<name>`.
 INGEST_QUERY = "ingest"
 
-# The aggregate tables' columns come from a pipeline's event shape (lakehouse.shape); the
-# default shape's are the contract's: `key` the one dimension, `value` decimal(38,6) with its
-# sum, min and max. The constants below are the default pipeline's.
-MEASURES = DEFAULT_SHAPE.measures_ddl
-WINDOW_KEY = DEFAULT_SHAPE.window_key_ddl
-MEASURE_COLUMNS = DEFAULT_SHAPE.measure_columns
-WINDOW_COLUMNS = DEFAULT_SHAPE.window_columns
-WINDOW_ID = DEFAULT_SHAPE.window_id  # one row per window and key in every aggregate table
+# The tables' columns come from a pipeline's event shape (lakehouse.shape): its window key
+# (`shape.window_id`: one row per window and dimension values in every aggregate table) and
+# measure columns. The default shape's are the contract's: `key` the one dimension, `value`
+# decimal(38,6) with its sum, min and max.
 
 
 @dataclass(frozen=True)

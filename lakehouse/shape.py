@@ -57,6 +57,12 @@ def _field_type(text: str) -> str:
 FieldType = Annotated[str, AfterValidator(_field_type)]
 
 
+def precision_scale(field_type: str) -> tuple[int, int]:
+    """(p, s) of a validated `decimal(p,s)` field type."""
+    m = _DECIMAL.match(field_type)
+    return int(m.group(1)), int(m.group(2))
+
+
 class Dimension(BaseModel):
     """A group-by column: `name` in the tables, the value of declared field `field`."""
 
@@ -168,9 +174,6 @@ class EventShape(BaseModel):
             seen[column] = where
         return self
 
-    def value_type(self, measure: Measure) -> str:
-        return self.fields[measure.field]
-
     def columns_of(self, aggregate: str) -> tuple[str, ...]:
         """The measure columns of one aggregate ("sum", "min" or "max")."""
         return tuple(f"{m.column_prefix}_{aggregate}" for m in self.measures
@@ -194,7 +197,7 @@ class EventShape(BaseModel):
 
     def measure_columns_of(self, m: Measure) -> list[tuple[str, str]]:
         kind = self.fields[m.field]
-        scale = _DECIMAL.match(kind).group(2)
+        scale = precision_scale(kind)[1]
         # Sums widen to 38 digits at the field's scale; min and max keep the field's type.
         return [(f"{m.column_prefix}_{a}", f"decimal(38,{scale})" if a == "sum" else kind)
                 for a in m.aggregates]
@@ -208,10 +211,6 @@ class EventShape(BaseModel):
     def window_id(self) -> tuple[str, ...]:
         """One row per window and dimension values in every aggregate table."""
         return ("window_start", *self.dimension_names)
-
-    @property
-    def window_columns(self) -> tuple[str, ...]:
-        return ("event_date", "window_start", "window_end", *self.dimension_names)
 
     def measure_columns_typed(self) -> list[tuple[str, str]]:
         return [("event_count", "bigint"),

@@ -22,6 +22,7 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     Field,
+    SecretStr,
     ValidationError,
     model_validator,
 )
@@ -148,8 +149,6 @@ class PipelineSpec(BaseModel):
         if missing:
             raise SpecError(f"pipeline {self.name!r}: secret_env names {missing}, not set in "
                             "the environment")
-        from pydantic import SecretStr
-
         options = {**base.kafka_options,
                    **{k: SecretStr(v) for k, v in self.source.options.items()},
                    **{k: SecretStr(env[v]) for k, v in self.source.secret_env.items()}}

@@ -22,6 +22,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -48,6 +50,17 @@ def start_service(env, log_path: str | Path | None = None) -> subprocess.Popen:
     """`make stream`'s service as a child process. Its output goes to a pipe, or to `log_path`
     (for long runs: a pipe nobody reads fills up and blocks the service's prints)."""
     return _spawn([sys.executable, "-m", "service.runner"], env, log_path)
+
+
+@contextmanager
+def running_service(env, log_path: str | Path | None = None) -> Iterator[subprocess.Popen]:
+    """`start_service` for a block: the service and its process group (the JVM) are killed
+    when the block ends with it still running (a failed wait, a crash that did not happen)."""
+    proc = start_service(env, log_path)
+    try:
+        yield proc
+    finally:
+        _kill(proc)
 
 
 def crash(proc: subprocess.Popen) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_DOWN, Decimal, localcontext
 
-from lakehouse.shape import EventShape
+from lakehouse.shape import EventShape, precision_scale
 from specs.pipeline import PipelineSpec
 from testkit.generator import Generated, GeneratorConfig, Record, _encode
 from testkit.reference import VALID_KINDS, dedup
@@ -35,11 +35,6 @@ WORDS = {
 _DROP, _FUTURE, _BEFORE_START = object(), object(), object()
 _DIGITS = re.compile(r"^\s*[0-9]+\s*$")
 _COMBINE = {"sum": operator.add, "min": min, "max": max}
-
-
-def _precision_scale(field_type: str) -> tuple[int, int]:
-    p, s = re.findall(r"\d+", field_type)
-    return int(p), int(s)
 
 
 def _plan(shape: EventShape) -> dict[str, tuple[str | None, object]]:
@@ -65,7 +60,7 @@ def _plan(shape: EventShape) -> dict[str, tuple[str | None, object]]:
         plan.setdefault(f"invalid_{f}", (f, "12,50 EUR"))
     for f in measured:  # one fractional digit more than the scale
         plan.setdefault(f"{f}_too_precise",
-                        (f, "0." + "0" * _precision_scale(shape.fields[f])[1] + "7"))
+                        (f, "0." + "0" * precision_scale(shape.fields[f])[1] + "7"))
     plan.setdefault("event_time_in_future", (t, _FUTURE))
     plan.setdefault("event_time_before_start", (t, _BEFORE_START))
     return plan
@@ -92,7 +87,7 @@ def _time(shape: EventShape, t: datetime, rnd: random.Random) -> str | int:
 
 def _decimal(field_type: str, rnd: random.Random) -> Decimal:
     """Up to the scale's digits (sometimes fewer) within the precision; a few refunds (< 0)."""
-    p, s = _precision_scale(field_type)
+    p, s = precision_scale(field_type)
     d = Decimal(f"{rnd.randint(1, min(10 ** p - 1, 5 * 10 ** (s + 3)))}E-{s}")
     if s and rnd.random() < 0.2:
         with localcontext(prec=80):
@@ -273,7 +268,7 @@ def expected_windows_for_spec(spec: PipelineSpec, records) -> dict:
     """{(window_start naive UTC, *dimension values): {"event_count": n, <measure column>:
     Decimal at the column's scale}} for arrival-ordered records: what gold must hold."""
     shape, out = spec.shape, {}
-    columns = [(m.field, column, aggregate, _precision_scale(kind)[1])
+    columns = [(m.field, column, aggregate, precision_scale(kind)[1])
                for m in shape.measures
                for (column, kind), aggregate in zip(shape.measure_columns_of(m), m.aggregates,
                                                     strict=True)]

@@ -34,7 +34,11 @@ def tree(root: Path) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def two_pipelines(tmp_path_factory, kafka_bootstrap):
+    """One code location with the default pipeline and the orders one; the orders pipeline run
+    through its prefixed jobs (two catch-ups, each followed by the proof of every date, so late
+    orders correct published windows). Yields what the tests look at."""
     import uuid
+    from types import SimpleNamespace
 
     from dagster import DagsterInstance
 
@@ -44,16 +48,35 @@ def two_pipelines(tmp_path_factory, kafka_bootstrap):
     from lakehouse.settings import Settings
     from orchestration.definitions import definitions_for
     from specs.pipeline import load_spec
+    from testkit.generator import GeneratorConfig, end_across_midnight, produce
+    from testkit.spec_events import generate_for_spec
 
     tmp = tmp_path_factory.mktemp("two")
     spec_path = orders_spec(tmp)
-    env = {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "LAKEHOUSE_ROOT": str(tmp / "lake"),
+    lake = tmp / "lake"
+    env = {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "LAKEHOUSE_ROOT": str(lake),
            "EVENTS_TOPIC": f"default-{uuid.uuid4().hex[:8]}", "PIPELINES": str(spec_path)}
     with overridden(env):
         default = Pipeline.of(Settings.from_env())
         # The resource of this environment (the module's was built when the tests started).
         defs = definitions_for([default, *spec_pipelines()], LakehouseResource())
-        yield defs, load_spec(spec_path), DagsterInstance.ephemeral(), tmp / "lake"
+        spec, instance = load_spec(spec_path), DagsterInstance.ephemeral()
+        settings = defs.resources["lakehouse"].settings_for("orders")
+        end = end_across_midnight(datetime.now(UTC).replace(second=0, microsecond=0))
+        records = generate_for_spec(spec, GeneratorConfig(
+            count=1200, seed=9, end=end, span=timedelta(hours=4), late_fraction=0.05,
+            duplicate_fraction=0.04, malformed_fraction=0.03)).records
+        half, proofs = len(records) // 2, []
+        for chunk in (records[:half], records[half:]):
+            produce(settings, chunk)
+            assert run(defs, "orders__stream_catch_up", instance)[0].success
+            for d in sorted(bronze_dates(settings)):
+                result, checks = run(defs, "orders__reconcile_dates", instance,
+                                     partition_key=d.isoformat())
+                proofs.append((result.success, [(c.check_name, c.passed) for c in checks]))
+        yield SimpleNamespace(defs=defs, spec=spec, instance=instance, lake=lake,
+                              settings=settings, records=records, proofs=proofs,
+                              written=tree(lake))
 
 
 def dagster_for(settings, spec):
@@ -74,27 +97,16 @@ def run(defs, name, instance, **kw):
 
 
 def test_orders_through_dagster_equal_the_reference_and_stay_in_their_folder(two_pipelines):
-    from testkit.generator import GeneratorConfig, end_across_midnight, produce
     from testkit.reference import VALID_KINDS
-    from testkit.spec_events import expected_windows_for_spec, generate_for_spec, table_windows_for_spec
+    from testkit.spec_events import expected_windows_for_spec, table_windows_for_spec
 
-    defs, spec, instance, lake = two_pipelines
-    settings = defs.resources["lakehouse"].settings_for("orders")
-    assert settings.root == f"{lake}/orders"
-    end = end_across_midnight(datetime.now(UTC).replace(second=0, microsecond=0))
-    records = generate_for_spec(spec, GeneratorConfig(
-        count=1200, seed=9, end=end, span=timedelta(hours=4), late_fraction=0.05,
-        duplicate_fraction=0.04, malformed_fraction=0.03)).records
-    half = len(records) // 2
-    default_files = tree(lake)  # nothing of the default pipeline yet
-    for chunk in (records[:half], records[half:]):
-        produce(settings, chunk)
-        result, _ = run(defs, "orders__stream_catch_up", instance)
-        assert result.success
-        for d in sorted(bronze_dates(settings)):
-            result, checks = run(defs, "orders__reconcile_dates", instance,
-                                 partition_key=d.isoformat())
-            assert result.success and checks and all(c.passed for c in checks), checks
+    t = two_pipelines
+    settings, spec, records = t.settings, t.spec, t.records
+    assert settings.root == f"{t.lake}/orders"
+    # Every run succeeded and both blocking checks passed, for every date, each time.
+    assert t.proofs and all(ok and checks and all(p for _, p in checks) for ok, checks in t.proofs)
+    assert {name for _, checks in t.proofs for name, _ in checks} == {
+        "reconciled_equals_replay", "fast_path_vs_replay"}
     expected = expected_windows_for_spec(spec, records)
     assert table_windows_for_spec(spec, read(settings, "reconciled_aggregates")) == expected
     assert table_windows_for_spec(spec, read(settings, "replay_aggregates")) == expected
@@ -105,24 +117,24 @@ def test_orders_through_dagster_equal_the_reference_and_stay_in_their_folder(two
     assert Counter(read(settings, "quarantined_events")["reason"].to_pylist()) == bad
     assert {"missing_region", "amount_too_precise", "invalid_amount"} <= set(bad)
     # Only the orders folder was written: no default table, checkpoint or report appeared.
-    touched = {p for p, t in tree(lake).items() if default_files.get(p) != t}
-    assert touched and all(p.startswith("orders/") for p in touched), sorted(touched)[:5]
-    assert {p.split("/")[1] for p in touched} >= {"bronze_events", "_checkpoints",
-                                                 "reconciled_aggregates"}
+    assert all(p.startswith("orders/") for p in t.written), sorted(t.written)[:5]
+    assert {p.split("/")[1] for p in t.written} >= {"bronze_events", "_checkpoints",
+                                                   "reconciled_aggregates"}
 
 
 def test_the_default_pipeline_never_touches_the_orders_folder(two_pipelines):
     from testkit.generator import GeneratorConfig, generate, produce
 
-    defs, _, instance, lake = two_pipelines
-    default = defs.resources["lakehouse"].settings
+    t = two_pipelines
+    default = t.defs.resources["lakehouse"].settings
     produce(default, generate(GeneratorConfig(count=200, seed=3, span=timedelta(hours=1)))
             .records)
-    orders_before = tree(lake / "orders")
-    result, _ = run(defs, "stream_catch_up", instance)
+    orders_before = tree(t.lake / "orders")
+    assert orders_before  # the orders pipeline's tables are there (the fixture ran it)
+    result, _ = run(t.defs, "stream_catch_up", t.instance)
     assert result.success
     assert read(default, "bronze_events").num_rows > 0
-    assert tree(lake / "orders") == orders_before
+    assert tree(t.lake / "orders") == orders_before
 
 
 def positions(table) -> Counter:
@@ -142,7 +154,7 @@ def test_orders_service_crashes_lose_and_duplicate_nothing(tmp_path, kafka_boots
     from lakehouse.env import overridden
     from spark_jobs.stream import INGEST_QUERY
     from specs.pipeline import selected_pipeline
-    from testkit.faults import kill_in_flight, kill_inside_batch, next_batch, start_service, wait_for
+    from testkit.faults import kill_in_flight, kill_inside_batch, next_batch, running_service, start_service, wait_for
     from testkit.generator import GeneratorConfig, produce
     from testkit.reference import VALID_KINDS
     from testkit.spec_events import expected_windows_for_spec, generate_for_spec, table_windows_for_spec
@@ -168,24 +180,14 @@ def test_orders_service_crashes_lose_and_duplicate_nothing(tmp_path, kafka_boots
             return 0
 
     produce(settings, chunks[0])
-    svc = start_service(service_env)
-    try:
+    with running_service(service_env) as svc:
         wait_for(lambda: bronze_rows() > 0, svc, what="first bronze batch")
         produce(settings, chunks[1])
         kill_in_flight(svc, checkpoint, min_batch=1)  # offsets/N written, commits/N not
-    finally:
-        if svc.poll() is None:
-            svc.kill()
-            svc.wait(30)
-    svc = start_service(service_env)
-    try:
+    with running_service(service_env) as svc:
         wait_for(lambda: bronze_rows() > 600, svc, what="progress after restart")
         produce(settings, chunks[2])
         kill_inside_batch(svc, settings, "bronze_before_aggregates", next_batch(checkpoint))
-    finally:
-        if svc.poll() is None:
-            svc.kill()
-            svc.wait(30)
     svc = start_service({**service_env, "MAX_OFFSETS_PER_TRIGGER": "10000"})
     wait_for(lambda: bronze_rows() >= valid, svc, what="all records in bronze")
     svc.send_signal(signal.SIGTERM)

@@ -12,10 +12,11 @@ import pytest
 from deltalake import DeltaTable
 
 from lakehouse.settings import utc
+from lakehouse.shape import DEFAULT_SHAPE
 
 pl = pytest.importorskip("polars")
 
-MEASURES = ("event_count", "value_sum", "value_min", "value_max", "event_fingerprint")
+MEASURES = DEFAULT_SHAPE.measure_columns
 
 
 def normalized(values) -> tuple:

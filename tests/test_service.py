@@ -18,6 +18,7 @@ from testkit.faults import (  # noqa: F401
     kill_in_flight,
     kill_inside_batch,
     next_batch,
+    running_service,
     start_service,
     wait_for,
 )
@@ -42,30 +43,20 @@ def test_crash_restart_lock_and_clean_stop(instance_env, spark):
     chunks = [records[:900], records[900:1800], records[1800:]]
     produce(settings, chunks[0])
 
-    svc = start_service(env)
-    try:
+    with running_service(env) as svc:
         wait_for(lambda: bronze_rows(settings) > 0, svc, what="first bronze batch")
         with pytest.raises(CheckpointBusy, match="in use"):
             stream.run_available_now(spark, settings)
         produce(settings, chunks[1])
         # Crash 1: a batch in flight (offsets/N written, commits/N not yet).
         kill_in_flight(svc, settings.checkpoint_path(stream.INGEST_QUERY), min_batch=1)
-    finally:
-        if svc.poll() is None:
-            svc.kill()
-            svc.wait(30)
 
-    svc = start_service(env)
-    try:
+    with running_service(env) as svc:
         wait_for(lambda: bronze_rows(settings) > 900, svc, what="progress after restart")
         produce(settings, chunks[2])
         # Crash 2: inside a batch, after its bronze commit and before its aggregates MERGE.
         kill_inside_batch(svc, settings, "bronze_before_aggregates",
                           next_batch(settings.checkpoint_path(stream.INGEST_QUERY)))
-    finally:
-        if svc.poll() is None:
-            svc.kill()
-            svc.wait(30)
 
     # The last start only has to finish and stop: one batch for the rest, not one per 600.
     svc = start_service({**env, "MAX_OFFSETS_PER_TRIGGER": "10000"})

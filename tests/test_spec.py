@@ -34,7 +34,7 @@ def test_the_order_example_declares_its_columns():
 
 def test_the_default_shape_is_the_contract():
     assert DEFAULT_SHAPE.window_id == ("window_start", "key")
-    assert catalog.MEASURE_COLUMNS == ("event_count", "value_sum", "value_min", "value_max",
+    assert DEFAULT_SHAPE.measure_columns == ("event_count", "value_sum", "value_min", "value_max",
                                        "event_fingerprint")
     assert "key STRING NOT NULL" in catalog.STREAMING.ddl
     assert "value_sum DECIMAL(38,6) NOT NULL" in catalog.RECONCILED.ddl

@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.settings import Settings, spark_interval
-from lakehouse.shape import DEFAULT_SHAPE, EventShape
+from lakehouse.shape import DEFAULT_SHAPE, EventShape, precision_scale
 
 
 def reasons(shape: EventShape) -> tuple[str, ...]:
@@ -61,13 +61,8 @@ def _at_most_decimals(scale: int) -> str:
 def max_abs(measure_type: str) -> str:
     """Exclusive bound of a measure field's |value|: what decimal(p,s) holds, and at most
     10^(24-s) so that sums of 10^14 events still fit the sum's decimal(38,s)."""
-    p, s = _precision_scale(measure_type)
+    p, s = precision_scale(measure_type)
     return "1" + "0" * min(p - s, 24 - s)
-
-
-def _precision_scale(measure_type: str) -> tuple[int, int]:
-    p, s = measure_type[len("decimal("):-1].split(",")
-    return int(p), int(s)
 
 
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
@@ -192,14 +187,14 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     # string) is cast from its exact text; exponent notation (VARIANT double) is re-read
     # exactly by Jackson.
     types = {f: shape.fields[f] for f in fields}
-    exact = {f: f"decimal(38,{max(18, _precision_scale(types[f])[1])})" for f in fields}
+    exact = {f: f"decimal(38,{max(18, precision_scale(types[f])[1])})" for f in fields}
     staged = []
     for f in fields:
         text, is_double = F.trim(F.col(f"_{f}_text")), F.col(f"_{f}_type") == "DOUBLE"
         staged += [
             F.when(is_double, F.from_json("_text", f"`{f}` {exact[f]}")[f]).alias(f"_{f}_exact"),
             (text.rlike(_PLAIN_NUMBER) & ~is_double).alias(f"_{f}_plain"),
-            text.rlike(_at_most_decimals(_precision_scale(types[f])[1])).alias(f"_{f}_scale"),
+            text.rlike(_at_most_decimals(precision_scale(types[f])[1])).alias(f"_{f}_scale"),
             text.isin("NaN", "Infinity", "-Infinity").alias(f"_{f}_nonfinite"),
         ]
     time_text = F.trim(F.col("_time_text"))
@@ -215,12 +210,12 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
             (exact_f.isNotNull() & (exact_f != exact_f.cast(types[f]).cast(exact[f])))
             # The re-read rounds digits past its scale, so count them in the literal text.
             | (is_double & _literal_too_precise(F.col("_text"), v, f,
-                                                 _precision_scale(types[f])[1])))
+                                                 precision_scale(types[f])[1])))
         df = df.withColumn(
             f, F.when(plain, text.try_cast(types[f])).otherwise(exact_f.cast(types[f])))
         value = F.col(f)
         # The bound may not fit the field's own type (10^16 in decimal(18,2)): at its scale.
-        bound = F.lit(max_abs(types[f])).cast(f"decimal(38,{_precision_scale(types[f])[1]})")
+        bound = F.lit(max_abs(types[f])).cast(f"decimal(38,{precision_scale(types[f])[1]})")
         in_range = value.isNotNull() & (F.abs(value) < bound)
         checks[f] = (numeric_like, too_precise, in_range)
     dimension = {d: _dimension(shape, d) for d in dims}
@@ -337,7 +332,7 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
             F.concat(F.lit(f"{f}="),
                      F.substring(F.coalesce(F.col(f"_{f}_exact").cast("string"),
                                             F.col(f"_{f}_text")), 1, 80),
-                     F.lit(f" (exact decimal, at most {_precision_scale(kind)[1]} fractional "
+                     F.lit(f" (exact decimal, at most {precision_scale(kind)[1]} fractional "
                            f"digits, |v| < {max_abs(kind)})")))
     for d in shape.dimensions:
         kind = shape.fields[d.source]

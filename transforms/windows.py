@@ -22,8 +22,8 @@ def measures(shape: EventShape) -> list[Column]:
     scale), min and max, and the fingerprint of the ids counted."""
     out = [F.count(F.lit(1)).alias("event_count")]
     for m in shape.measures:
-        for column, kind in shape.measure_columns_of(m):
-            aggregate = column[len(m.column_prefix) + 1:]
+        for aggregate, (column, kind) in zip(m.aggregates, shape.measure_columns_of(m),
+                                             strict=True):
             agg = {"sum": F.sum, "min": F.min, "max": F.max}[aggregate](m.field)
             out.append((agg.cast(kind) if aggregate == "sum" else agg).alias(column))
     out.append(

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from assets.pipelines import Pipeline
 from assets.reconcile.daily import partition_dates
 from assets.resources import LakehouseResource, SparkResource
-from expectations.reconciliation import check_equal, data_docs_dir, fast_path_gap
+from expectations.reconciliation import check_equal, data_docs_dir, fast_path_gap, missed
 from lakehouse.catalog import LATE, RECONCILED, REPLAY, STREAMING
 from lakehouse.commit_tags import bronze_position
 from lakehouse.kafka_admin import topic_offsets
@@ -112,7 +112,7 @@ def fast_path_vs_replay_result(session, settings, dates) -> AssetCheckResult:
         for d in dates
     ]
     # What the watermark cost per sum (the default pipeline's: `value_missed`).
-    missed = [f"{c[:-len('_sum')]}_missed" for c in settings.shape.columns_of("sum")]
+    costs = [missed(c) for c in settings.shape.columns_of("sum")]
     unexplained = sum(g["windows_unexplained"] for g in gaps)
     totals = {k: sum(g[k] for g in gaps) for k in
               ("windows_compared", "windows_differing", "events_missed", "late_events")}
@@ -122,7 +122,7 @@ def fast_path_vs_replay_result(session, settings, dates) -> AssetCheckResult:
         metadata={
             **totals,
             "windows_unexplained": unexplained,
-            **{m: str(sum(Decimal(g[m]) for g in gaps)) for m in missed},
+            **{m: str(sum(Decimal(g[m]) for g in gaps)) for m in costs},
             "per_date": MetadataValue.json(gaps),
         },
     )

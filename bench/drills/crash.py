@@ -76,7 +76,7 @@ def plan(rnd: random.Random, kills: int = KILLS) -> list[str]:
 def changelog_disagreements(settings) -> list[str]:
     """Where the changelog says more than gold: a revision above gold's, other measures at
     gold's revision, or a window gone from gold whose last revision was not a removal."""
-    from lakehouse.catalog import MEASURE_COLUMNS
+    from lakehouse.shape import DEFAULT_SHAPE
 
     log = table_or_empty(settings, "late_corrections")
     if log is None or log.num_rows == 0:
@@ -98,7 +98,7 @@ def changelog_disagreements(settings) -> list[str]:
         elif r["revision"] > g["revision"]:
             out.append(f"{k}: changelog revision {r['revision']} > gold's {g['revision']}")
         elif r["revision"] == g["revision"] and any(
-                r[f"after_{m}"] != g[m] for m in MEASURE_COLUMNS):
+                r[f"after_{m}"] != g[m] for m in DEFAULT_SHAPE.measure_columns):
             out.append(f"{k}: revision {r['revision']} logged with other measures than gold's")
     return out
 
