@@ -91,7 +91,7 @@ def main() -> int:
               f"{batch['spark_jobs']} Spark jobs ({batch['spark_job_seconds']} s), commits "
               f"{batch['delta_commits']}; a one-record catch-up {batch['one_record_catch_up_s']} s")
         for g in batch["jobs_by_origin"][:10]:
-            print(f"  {g['seconds']:8.2f} s  {g['jobs']:4d} jobs  {g['origin']}")
+            print(f"  {g['seconds']:8.2f} s  {g['jobs']:6} jobs  {g['origin']}")
     write_result("profile", result)
     return 0
 

@@ -23,11 +23,14 @@ INGEST_QUERY = "ingest"
 class Table:
     name: str
     columns: Callable[[EventShape], str]  # DDL of its columns for a pipeline's event shape
-    partition_by: str
+    partition_by: str  # the date column every table is partitioned by first
     change_data_feed: bool = False
-    # Deletion vectors: a MERGE marks the rows it replaces instead of rewriting their files, so
-    # its cost follows the rows it touches, not the files they sit in.
-    deletion_vectors: bool = False
+    # Partition columns after the date (`streaming_aggregates`: its status, see STREAMING).
+    sub_partitions: tuple[str, ...] = ()
+
+    @property
+    def partition_columns(self) -> tuple[str, ...]:
+        return (self.partition_by, *self.sub_partitions)
 
     def ddl_for(self, shape: EventShape) -> str:
         return self.columns(shape)
@@ -89,15 +92,19 @@ QUARANTINE = Table(
     ingested_at TIMESTAMP NOT NULL, bronze_batch_id BIGINT NOT NULL"""),
     "quarantine_date",
 )
+# `streaming_aggregates` statuses: a window is open until the watermark passes its end.
+OPEN, FINAL = "open", "final"
 STREAMING = Table(
     "streaming_aggregates",
-    # bronze_version: the bronze commit of the last batch added into the row (the additive
-    # MERGE's guard: a re-run batch adds nothing twice).
+    # bronze_version: the bronze commit of the last batch added into the row. Partitioned by
+    # status as well: each ingest batch replaces the open partitions whole (the few minutes of
+    # windows still open) and final rows are never rewritten by the stream, so a batch's
+    # publication is one commit with no scan of the table (spark_jobs.stream.publish_windows).
     lambda shape: f"""{shape.window_key_ddl}, {shape.measures_ddl}, status STRING NOT NULL,
     watermark TIMESTAMP, batch_id BIGINT NOT NULL, updated_at TIMESTAMP NOT NULL,
     bronze_version BIGINT""",
     "event_date",
-    deletion_vectors=True,
+    sub_partitions=("status",),
 )
 LATE = Table("late_events", _late, "event_date")
 RECONCILED = Table(

@@ -42,6 +42,12 @@ def version(settings: Settings, name: str) -> int:
     return -1 if table is None else table.version()
 
 
+def partition_columns(settings: Settings, name: str) -> tuple[str, ...] | None:
+    """The table's partition columns from its log (None: no table)."""
+    table = open_table(settings, name)
+    return None if table is None else tuple(table.metadata().partition_columns)
+
+
 def commits(settings: Settings, name: str, limit: int | None = None) -> list[dict]:
     """Commit infos, newest first (`version`, `timestamp` in epoch ms, `userMetadata`, ...)."""
     table = open_table(settings, name)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.catalog import BRONZE, INGEST_QUERY, LATE, QUARANTINE, STREAMING
+from lakehouse.catalog import BRONZE, FINAL, INGEST_QUERY, LATE, OPEN, QUARANTINE, STREAMING
 from lakehouse.commit_tags import stream_watermark
 from lakehouse.settings import Settings, from_micros
 from lakehouse.table_stats import largest_file_max_at_most, log_stats
@@ -69,17 +69,22 @@ def recent_windows(spark: SparkSession, settings: Settings, batch_ids: list[int]
     closed window newer than every file lying wholly below the watermark (the log's floor).
     The stream finalizes every window ending at or before the watermark, so the floor is itself
     a closed window's end when the query finds none newer."""
-    is_open = F.col("status") == "open"
+    is_open = F.col("status") == OPEN
     in_run = _in_run("batch_id", batch_ids) if batch_ids else F.lit(False)
     floor = (largest_file_max_at_most(settings, STREAMING.name, "window_end", watermark)
              if watermark else None)
-    closed = F.col("status") == "final"
+    closed = F.col("status") == FINAL
     # Window ends lie on the window grid, so "after the floor" is ">= floor + one window". Not
     # "> floor": Delta widens timestamp maxima by 1 ms (its stats are in milliseconds), so that
     # would still read every file whose maximum is the floor.
     newer_closed = (closed & (F.col("window_end") >= F.lit(floor + settings.window_size))
                     if floor else closed)
-    row = read_table(spark, settings, STREAMING).where(is_open | in_run | newer_closed).agg(
+    # Status is a partition column: the open partitions, and the final files this run wrote or
+    # newer than the floor, are two reads Delta prunes each (an OR across a partition column
+    # and data columns would prune nothing).
+    table = read_table(spark, settings, STREAMING)
+    rows = table.where(is_open).unionByName(table.where(closed & (in_run | newer_closed)))
+    row = rows.agg(
         F.count(F.when(is_open, 1)).alias("open"),
         F.count(F.when(in_run, 1)).alias("touched"),
         F.count(F.when(in_run & closed, 1)).alias("closed"),

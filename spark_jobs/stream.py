@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -44,7 +44,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from lakehouse import delta_log
-from lakehouse.catalog import BRONZE, INGEST_QUERY, LATE, QUARANTINE, SKIPPED, STREAMING
+from lakehouse.catalog import BRONZE, INGEST_QUERY, LATE, OPEN, QUARANTINE, SKIPPED, STREAMING
 from lakehouse.commit_tags import StreamCommit, batch_of, batch_tag, newest_stream_commit
 from lakehouse.kafka_admin import topic_id, topic_offsets
 from lakehouse.locks import Fence, checkpoint_lock
@@ -53,13 +53,12 @@ from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import CHUNK_COLUMNS, RecentIds, free_checkpointed
-from spark_jobs.tables import ensure_tables, read_changes
-from transforms.ingest import counted_events, late_projection, next_watermark_ms, with_status
+from spark_jobs.tables import ensure_tables, migrate_layout, read_changes, read_table
+from transforms.ingest import counted_events, fold_into_open, late_projection, next_watermark_ms
 from transforms.parse import classify, quarantine_projection, valid_columns
 from transforms.windows import aggregate_windows
 
-COMMIT_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
+REPLACE_WHERE_CHECK = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
 
 
 @dataclass
@@ -223,9 +222,9 @@ def complete_pending_aggregates(spark: SparkSession, settings: Settings,
               if dates else None)
     if fence is not None:
         fence.check()
-    merge_aggregates(spark, settings, deltas, dates, commit, commit.batch_id)
+    publish_windows(spark, settings, deltas, commit, commit.batch_id)
     print(f"completed the aggregates of ingest batch {commit.batch_id} (bronze version "
-          f"{commit.version}): its MERGE had not committed", file=sys.stderr, flush=True)
+          f"{commit.version}): their commit had not been made", file=sys.stderr, flush=True)
     return True
 
 
@@ -281,91 +280,39 @@ def _bronze_commit_of(settings: Settings, query: str, batch_id: int) -> StreamCo
     return None
 
 
-def _dates_between(first: date | None, last: date | None) -> list[date]:
-    if first is None or last is None:
-        return []
-    return [date.fromordinal(o) for o in range(first.toordinal(), last.toordinal() + 1)]
+def publish_windows(spark: SparkSession, settings: Settings, deltas: DataFrame | None,
+                    commit: StreamCommit, batch_id: int) -> None:
+    """Publish the batch into `streaming_aggregates` in one commit: its window deltas added into
+    the open windows, and the windows the next watermark closes marked final.
 
+    No MERGE: the table is partitioned by (event_date, status), and every window the batch can
+    change is open (its events lie above the watermark, so its end does too). The open
+    partitions (a few minutes of windows) are read, folded with the deltas, and written back in
+    their place by a `replaceWhere` on the partition column: Delta removes the open files by
+    their partition values (no scan, no deletion vectors) and adds the new open rows, and the
+    rows that closed land in their `final` partition, never rewritten by the stream again.
 
-
-
-def _date_list(dates: list[date]) -> str:
-    return ",".join(f"DATE'{d.isoformat()}'" for d in sorted(set(dates)))
-
-
-def merge_aggregates(spark: SparkSession, settings: Settings, deltas: DataFrame | None,
-                     dates: list[date], commit: StreamCommit, batch_id: int) -> None:
-    """Add the batch's window deltas into `streaming_aggregates` and finalize the windows the
-    new watermark closes, in one MERGE.
-
-    Pruned: every delta window ends after the batch's watermark, and every window to finalize
-    ends in (watermark, next watermark], so the target is read only in those dates and above the
-    watermark (file statistics on window_end skip the rest; deletion vectors keep files narrow).
-    Guarded: a window already holding this bronze version (a re-run) is not added again, and a
-    window already final is left alone, so a re-run batch's MERGE changes no row."""
-    shape = settings.shape
-    # The target row of a window: its date, start and dimension values.
-    window_keys = ("event_date", *shape.window_id)
-    wm, next_wm = commit.watermark_ms, commit.next_watermark_ms
-    wm_ts, next_ts = F.timestamp_millis(F.lit(wm)), F.timestamp_millis(F.lit(next_wm))
+    Exactly once: the stream is the one writer (under the checkpoint lock), and the commit
+    carries the batch's tag; a re-run batch finds it and publishes nothing twice."""
     window_ms = int(settings.window_size.total_seconds() * 1000)
-    sources = [deltas] if deltas is not None else []
-    if next_wm // window_ms > wm // window_ms and wm > 0:  # a window end in (wm, next_wm]
-        first, last = (datetime.fromtimestamp(t / 1000, tz=UTC).date() for t in (wm, next_wm))
-        dates = [*dates, *_dates_between(first, last)]
-        # Open windows the new watermark closes: read from the target itself, pruned like it.
-        to_close = (
-            spark.read.format("delta").load(settings.table_path(STREAMING.name))
-            .where((F.col("status") == "open")
-                   & F.col("event_date").between(F.lit(first), F.lit(last))
-                   & (F.col("window_end") > wm_ts) & (F.col("window_end") <= next_ts))
-            .select(*window_keys, "window_end")
-        )
-        if deltas is not None:
-            to_close = to_close.join(deltas.select(*window_keys), list(window_keys), "left_anti")
-        sources.append(to_close)
-    if not sources or not dates:
+    closes = commit.next_watermark_ms // window_ms > commit.watermark_ms // window_ms
+    if deltas is None and not closes:
+        return  # nothing added, and no window end in (watermark, next watermark]
+    if _already_appended(settings, STREAMING.name, commit.query, batch_id):
         return
-    source = sources[0]
-    for more in sources[1:]:
-        source = source.unionByName(more, allowMissingColumns=True)
     _label(spark, "aggregates")
-    spark.conf.set(COMMIT_METADATA, batch_tag(commit.query, batch_id))
-    # The source is deterministic (checkpointed deltas, a pinned read of the target): Delta's
-    # own copy of it (an extra job per batch, as the source is not a pure Delta scan) buys nothing.
-    spark.conf.set(MATERIALIZE_SOURCE, "none")
+    open_rows = read_table(spark, settings, STREAMING).where(F.col("status") == OPEN)
+    published = fold_into_open(open_rows, deltas, settings.shape, commit, batch_id)
+    # The rows that closed go to their final partitions in the same commit: the overwrite's
+    # check that every written row matches the condition is off for this write.
+    spark.conf.set(REPLACE_WHERE_CHECK, "false")
     try:
-        now = F.current_timestamp()
-        added = {c: F.col(f"t.{c}") + F.col(f"s.{c}") for c in shape.additive_columns}
-        extremes = {**{c: F.least(f"t.{c}", f"s.{c}") for c in shape.columns_of("min")},
-                    **{c: F.greatest(f"t.{c}", f"s.{c}") for c in shape.columns_of("max")}}
-        (
-            DeltaTable.forPath(spark, settings.table_path(STREAMING.name)).alias("t")
-            .merge(source.alias("s"),
-                   f"t.event_date IN ({_date_list(dates)}) AND t.window_end > timestamp_millis({wm})"
-                   + "".join(f" AND t.{c} = s.{c}" for c in window_keys))
-            .whenMatchedUpdate(
-                condition=F.col("s.event_count").isNotNull()
-                & (F.coalesce(F.col("t.bronze_version"), F.lit(-1)) < F.lit(commit.version)),
-                set={**added, **extremes,
-                     "status": F.when(F.col("t.window_end") <= next_ts, "final").otherwise("open"),
-                     "watermark": next_ts, "batch_id": F.lit(batch_id),
-                     "bronze_version": F.lit(commit.version), "updated_at": now})
-            .whenMatchedUpdate(
-                condition=(F.col("t.status") == "open") & (F.col("t.window_end") <= next_ts),
-                set={"status": F.lit("final"), "watermark": next_ts, "updated_at": now})
-            .whenNotMatchedInsert(
-                condition=F.col("s.event_count").isNotNull(),
-                values={**{c: F.col(f"s.{c}") for c in (*window_keys, "window_end",
-                                                         *shape.measure_columns)},
-                        "status": F.when(F.col("s.window_end") <= next_ts, "final").otherwise("open"),
-                        "watermark": next_ts, "batch_id": F.lit(batch_id),
-                        "bronze_version": F.lit(commit.version), "updated_at": now})
-            .execute()
-        )
+        (published.write.format("delta").mode("overwrite")
+         .option("replaceWhere", f"status = '{OPEN}'")
+         .option("userMetadata", batch_tag(commit.query, batch_id))
+         .save(settings.table_path(STREAMING.name)))
     finally:
-        spark.conf.unset(COMMIT_METADATA)
-        spark.conf.unset(MATERIALIZE_SOURCE)
+        spark.conf.unset(REPLACE_WHERE_CHECK)
 
 
 def _bronze_above(spark: SparkSession, settings: Settings, version: int,
@@ -476,8 +423,6 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 F.count(F.when(is_valid & is_late, 1)).alias("late"),
                 F.count(F.when(is_valid & ~is_late, 1)).alias("on_time"),
                 F.max(F.when(is_valid, F.unix_millis("event_time"))).alias("newest_ms"),
-                F.min(F.when(is_valid & ~is_late, F.col("event_date"))).alias("first_date"),
-                F.max(F.when(is_valid & ~is_late, F.col("event_date"))).alias("last_date"),
             ).first()
             if not (facts.bad or facts.late or facts.on_time):
                 # No record (a new checkpoint's first batch at the end of the topic, or only
@@ -490,9 +435,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 next_watermark_ms=next_watermark_ms(watermark_ms, facts.newest_ms, settings),
                 late=facts.late, quarantined=facts.bad, topic_id=query.topic_id)
 
-            dates: list[date] = []
             if facts.on_time:
-                dates = _dates_between(facts.first_date, facts.last_date)
                 # The dedup and window deltas run beside the appends (on the dedup thread): the
                 # lookup reads bronze, if at all, at the version before this batch.
                 dedup = _DEDUP.submit(_dedup_step, spark, settings, query.recent,
@@ -528,13 +471,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                                      commit.next_watermark_ms)
                 chunk = None  # the index owns it now
             query.fence.check()
-            if earlier_version < 0 and deltas is not None:
-                # The stream's first batch: nothing to add to or finalize, an append suffices.
-                _label(spark, "aggregates")
-                _append(with_status(deltas, commit, batch_id), settings, STREAMING.name,
-                        batch_tag(app, batch_id))
-            else:
-                merge_aggregates(spark, settings, deltas, dates, commit, batch_id)
+            publish_windows(spark, settings, deltas, commit, batch_id)
         finally:
             if dedup is not None and deltas is None:  # failed before its result was taken
                 try:
@@ -556,6 +493,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
     before every commit). `recent`: the caller's recent-id index, kept across restarts (it
     checks itself against bronze) and cleared by the caller when done."""
     ensure_tables(spark, settings)
+    migrate_layout(spark, settings, STREAMING)
     topic = check_topic(settings)
     checkpoint = settings.checkpoint_path(INGEST_QUERY)
     fresh = ckpt.last_committed_batch(spark, checkpoint) is None and ckpt.batch_offsets(

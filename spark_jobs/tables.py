@@ -25,13 +25,28 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
             DeltaTable.createIfNotExists(spark)
             .location(path)
             .addColumns(spark.createDataFrame([], table.ddl_for(settings.shape)).schema)
-            .partitionedBy(table.partition_by)
+            .partitionedBy(*table.partition_columns)
         )
         if table.change_data_feed:
             builder = builder.property("delta.enableChangeDataFeed", "true")
-        if table.deletion_vectors:
-            builder = builder.property("delta.enableDeletionVectors", "true")
         builder.execute()
+
+
+def migrate_layout(spark: SparkSession, settings: Settings, table: Table) -> bool:
+    """Rewrite a table created by an older release with other partition columns (before
+    2026-11-25, `streaming_aggregates` was partitioned by date alone and MERGEd into with
+    deletion vectors) into the catalog's layout, once, in one overwrite commit. Callers hold
+    the table's writer lock. True when it rewrote."""
+    found = delta_log.partition_columns(settings, table.name)
+    if found is None or found == table.partition_columns:
+        return False
+    path = settings.table_path(table.name)
+    rows = read_table(spark, settings, table).localCheckpoint(eager=True)
+    (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+     .partitionBy(*table.partition_columns).save(path))
+    print(f"{table.name}: rewritten, partitioned by {', '.join(table.partition_columns)} "
+          f"(was {', '.join(found)})", flush=True)
+    return True
 
 
 def read_table(spark: SparkSession, settings: Settings, table: Table, version: int | None = None):

@@ -97,9 +97,9 @@ def counted_on_time(settings) -> int:
 
 
 @pytest.mark.slow
-def test_a_batch_that_crashed_before_its_merge_is_counted_after_a_checkpoint_reset(
+def test_a_batch_that_crashed_before_its_aggregates_is_counted_after_a_checkpoint_reset(
         instance_env, spark, monkeypatch):
-    """The batch's bronze commit landed, then it died before its aggregates MERGE; the checkpoint
+    """The batch's bronze commit landed, then it died before its aggregates commit; the checkpoint
     is then lost. The new checkpoint starts after that batch's offsets, so it must add the
     batch's windows from bronze first, or the fast path misses them for good."""
     settings = instance_env
@@ -107,13 +107,13 @@ def test_a_batch_that_crashed_before_its_merge_is_counted_after_a_checkpoint_res
     produce(settings, second)
 
     def killed(*args, **kwargs):
-        raise RuntimeError("killed before the aggregates MERGE")
+        raise RuntimeError("killed before the aggregates commit")
 
-    real_merge = stream.merge_aggregates
-    monkeypatch.setattr(stream, "merge_aggregates", killed)
-    with pytest.raises(Exception, match="killed before the aggregates MERGE"):
+    real_publish = stream.publish_windows
+    monkeypatch.setattr(stream, "publish_windows", killed)
+    with pytest.raises(Exception, match="killed before the aggregates commit"):
         stream.run_available_now(spark, settings)
-    monkeypatch.setattr(stream, "merge_aggregates", real_merge)
+    monkeypatch.setattr(stream, "publish_windows", real_publish)
     streaming = read(settings, "streaming_aggregates")
     assert sum(streaming["event_count"].to_pylist()) < counted_on_time(settings)
 

@@ -83,7 +83,7 @@ def test_run_metadata_reads_only_the_runs_rows_and_the_log(spark, tmp_path):
     assert log_stats(settings, STREAMING.name).rows == 8
     assert log_stats(settings, LATE.name).rows == 3
 
-    # A rewrite (what the stream's MERGEs do) takes files out of the snapshot: the totals follow.
+    # A rewrite (what each stream batch does to the open partitions) takes files out of the snapshot: the totals follow.
     spark.sql(f"DELETE FROM delta.`{settings.table_path(STREAMING.name)}` "
               f"WHERE batch_id = 8 AND window_start = '{start + timedelta(minutes=1):%Y-%m-%d %H:%M:%S}'")
     assert log_stats(settings, STREAMING.name).rows == 7

@@ -4,7 +4,7 @@ reads and writes around them is `spark_jobs.stream`."""
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.commit_tags import StreamCommit
@@ -59,13 +59,45 @@ def counted_events(on_time: DataFrame, earlier: DataFrame | None, shape: EventSh
     return firsts.join(earlier, ["event_date", "event_id"], "left_anti")
 
 
-def with_status(deltas: DataFrame, commit: StreamCommit, batch_id: int) -> DataFrame:
-    """New `streaming_aggregates` rows from window deltas: final when the next watermark has
-    passed their end."""
+def fold_into_open(open_rows: DataFrame, deltas: DataFrame | None, shape: EventShape,
+                   commit: StreamCommit, batch_id: int) -> DataFrame:
+    """The open windows after a batch: `open_rows` (every `streaming_aggregates` row still open
+    before it) with the batch's window deltas added in, each row's status from the next
+    watermark (`final` once it has passed the window's end).
+
+    A delta's window is always open or new (its events lie above the batch's watermark, so its
+    end does too), so this frame is every row the batch changes: written in place of the open
+    rows, it is the whole publication of the batch. Rows the batch adds into or closes carry its
+    watermark, batch, bronze version and time; the others keep theirs."""
     next_ts = F.timestamp_millis(F.lit(commit.next_watermark_ms))
-    return deltas.select(
-        *deltas.columns,
-        F.when(F.col("window_end") <= next_ts, "final").otherwise("open").alias("status"),
-        next_ts.alias("watermark"), F.lit(batch_id).cast("long").alias("batch_id"),
-        F.current_timestamp().alias("updated_at"),
-        F.lit(commit.version).cast("long").alias("bronze_version"))
+    keys = ["event_date", *shape.window_id]
+    o = open_rows.alias("o")
+    if deltas is None:
+        touched = F.lit(False)
+        both = o
+        pick = {c: F.col(f"o.{c}") for c in ("window_end", *shape.measure_columns)}
+    else:
+        d = deltas.alias("d")
+        both = o.join(d, keys, "full_outer")
+        touched = F.col("d.event_count").isNotNull()
+
+        def added(c: str) -> Column:
+            return F.coalesce(F.col(f"o.{c}") + F.col(f"d.{c}"), F.col(f"o.{c}"), F.col(f"d.{c}"))
+
+        pick = {"window_end": F.coalesce("o.window_end", "d.window_end"),
+                **{c: added(c) for c in shape.additive_columns},
+                # least/greatest skip nulls: a window on one side only keeps that side's value.
+                **{c: F.least(f"o.{c}", f"d.{c}") for c in shape.columns_of("min")},
+                **{c: F.greatest(f"o.{c}", f"d.{c}") for c in shape.columns_of("max")}}
+    closing = pick["window_end"] <= next_ts
+    changed = touched | closing
+    return both.select(
+        *keys, pick["window_end"].alias("window_end"),
+        *[pick[c].alias(c) for c in shape.measure_columns],
+        F.when(closing, "final").otherwise("open").alias("status"),
+        F.when(changed, next_ts).otherwise(F.col("o.watermark")).alias("watermark"),
+        F.when(touched, F.lit(batch_id).cast("long")).otherwise(F.col("o.batch_id"))
+        .alias("batch_id"),
+        F.when(changed, F.current_timestamp()).otherwise(F.col("o.updated_at")).alias("updated_at"),
+        F.when(touched, F.lit(commit.version).cast("long")).otherwise(F.col("o.bronze_version"))
+        .alias("bronze_version"))
