@@ -34,7 +34,6 @@ import json
 import sys
 import time
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -326,70 +325,38 @@ def _bronze_above(spark: SparkSession, settings: Settings, version: int,
             .select("event_date", "event_id", "event_time"))
 
 
-def _window_deltas(spark: SparkSession, settings: Settings, recent: RecentIds,
-                   on_time: DataFrame, previous: StreamCommit | None, earlier_version: int,
-                   watermark_ms: int) -> DataFrame:
-    """The batch's window deltas (locally checkpointed): its first copies less the ids an
-    earlier batch landed above the watermark, looked up in the recent ids (rebuilt from bronze
-    when they do not stand for the previous stream commit) or, for a re-run batch, in bronze."""
-    def deltas(earlier: DataFrame | None) -> DataFrame:
-        # Cut from its lineage: the MERGE then needs no copy of its source of its own.
-        return aggregate_windows(counted_events(on_time, earlier, settings.shape),
-                                 settings).localCheckpoint(
-            eager=True)
-
+def _earlier_ids(spark: SparkSession, settings: Settings, recent: RecentIds,
+                 previous: StreamCommit | None, earlier_version: int,
+                 watermark_ms: int) -> DataFrame | None:
+    """(event_date, event_id) of the copies earlier batches landed above the watermark: from
+    the recent-id index (rebuilt from bronze when it does not stand for the previous stream
+    commit) or, for a re-run batch or a catch-up, from bronze at the version before this batch.
+    None before the stream's first commit (nothing earlier counts)."""
     if earlier_version < 0:
-        return deltas(None)
-    if previous is None or not recent.keep:  # a re-run batch, or a catch-up: read bronze
-        return deltas(_bronze_above(spark, settings, earlier_version, watermark_ms))
-    delay_ms = int(settings.watermark_delay.total_seconds() * 1000)
-    for attempt in (1, 2):
-        if not recent.holds(previous.version):
-            # Every event time so far is at most the previous next watermark plus the delay.
-            recent.rebuild(_bronze_above(spark, settings, earlier_version, watermark_ms),
-                           previous.version, previous.next_watermark_ms + delay_ms)
-        try:
-            return deltas(recent.lookup(watermark_ms))
-        except Exception:  # a lost block (an executor gone): rebuild once from bronze
-            recent.clear()
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
-
-
-# One thread beside the stream's: a batch's dedup overlaps its appends (2 cores spend much of a
-# small batch waiting on the driver's commit work, not computing).
-_DEDUP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-dedup")
-
-
-def _local_properties(spark: SparkSession):
-    return spark.sparkContext._jsc.sc().getLocalProperties().clone()
-
-
-def _dedup_step(spark: SparkSession, settings: Settings, recent: RecentIds, on_time: DataFrame,
-                previous: StreamCommit | None, earlier_version: int, watermark_ms: int,
-                properties) -> tuple[DataFrame, DataFrame]:
-    """(window deltas, the batch's chunk of recent ids), both locally checkpointed. Runs with
-    the stream thread's local properties (its job group: stopping the query cancels it too)."""
-    spark.sparkContext._jsc.sc().setLocalProperties(properties)
-    _label(spark, "dedup")
-    chunk = None
-    try:
-        if recent.keep:
-            chunk = on_time.select(*CHUNK_COLUMNS).localCheckpoint(eager=True)
-        return _window_deltas(spark, settings, recent, on_time, previous, earlier_version,
-                              watermark_ms), chunk
-    except BaseException:
-        if chunk is not None:
-            free_checkpointed(chunk)
-        raise
-    finally:
-        spark.sparkContext.setJobDescription(None)
+        return None
+    if previous is None or not recent.keep:
+        return _bronze_above(spark, settings, earlier_version, watermark_ms)
+    if not recent.holds(previous.version):
+        # Every event time so far is at most the previous next watermark plus the delay.
+        delay_ms = int(settings.watermark_delay.total_seconds() * 1000)
+        recent.rebuild(_bronze_above(spark, settings, earlier_version, watermark_ms),
+                       previous.version, previous.next_watermark_ms + delay_ms)
+    return recent.lookup(watermark_ms)
 
 
 def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int], None]:
+    """The micro-batch, top to bottom: where it stands (a re-run finds its bronze commit), one
+    job that classifies and caches the batch and counts what the writes depend on, the appends
+    (quarantine, late lane, bronze last: its commit stamps the position), the batch's ids kept
+    for the next batches' dedup, then its windows published in one commit."""
+    shape = settings.shape
+
     def run(batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
+        # This batch's session is the query's own: adaptive execution would split each
+        # shuffle into a job of its own (twice the jobs of a small batch, for nothing to
+        # coalesce at a few shuffle partitions).
+        spark.conf.set("spark.sql.adaptive.enabled", "false")
         app = query.app_id
         # The batch's end offsets, from its write-ahead log entry: they stamp the bronze commit.
         ends = (ckpt.batch_offsets(spark, query.checkpoint, batch_id).sources[0] or {}).get(
@@ -412,10 +379,9 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
         _label(spark, "classify")
         # `batch` is already classified (in the query's plan: built once, not per batch).
         classified = batch.persist()
-        deltas = chunk = dedup = None
+        chunk = None
         try:
-            valid = classified.where(F.col("reason").isNull()).select(
-                *valid_columns(settings.shape))
+            valid = classified.where(F.col("reason").isNull()).select(*valid_columns(shape))
             is_valid, is_late = F.col("reason").isNull(), F.col("event_time") <= wm
             # One job: builds the cache and answers every question the writes depend on.
             facts = classified.agg(
@@ -434,13 +400,6 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 query=app, batch_id=batch_id, watermark_ms=watermark_ms,
                 next_watermark_ms=next_watermark_ms(watermark_ms, facts.newest_ms, settings),
                 late=facts.late, quarantined=facts.bad, topic_id=query.topic_id)
-
-            if facts.on_time:
-                # The dedup and window deltas run beside the appends (on the dedup thread): the
-                # lookup reads bronze, if at all, at the version before this batch.
-                dedup = _DEDUP.submit(_dedup_step, spark, settings, query.recent,
-                                      valid.where(~is_late), previous, earlier_version,
-                                      watermark_ms, _local_properties(spark))
 
             if done is None:
                 tag = batch_tag(app, batch_id)
@@ -462,25 +421,41 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 if commit is None:
                     raise RuntimeError(f"bronze commit of ingest batch {batch_id} not found "
                                        "after appending it: another writer on bronze?")
-            if dedup is not None:
-                deltas, chunk = dedup.result()
+
+            on_time = valid.where(~is_late)
+            if facts.on_time and query.recent.keep and done is None:
+                _label(spark, "dedup")
+                # The batch's ids, cut from its lineage: the next batches' dedup index.
+                chunk = on_time.select(*CHUNK_COLUMNS).localCheckpoint(eager=True)
+
+            def publish(earlier: DataFrame | None) -> None:
+                deltas = (aggregate_windows(counted_events(on_time, earlier, shape), settings)
+                          if facts.on_time else None)
+                query.fence.check()
+                publish_windows(spark, settings, deltas, commit, batch_id)
+
+            earlier = (_earlier_ids(spark, settings, query.recent, previous, earlier_version,
+                                    watermark_ms) if facts.on_time else None)
+            from_index = earlier is not None and previous is not None and query.recent.keep
+            try:
+                publish(earlier)
+            except Exception:
+                if not from_index:
+                    raise
+                # A lost block of the index (an executor gone): once more, from bronze. The
+                # publication is one commit, found by its tag should it have landed.
+                query.recent.clear()
+                publish(_bronze_above(spark, settings, earlier_version, watermark_ms))
+
             if done is None and previous is None:
                 query.recent.clear()  # bronze's first stream commit: nothing before it counts
             if done is None and (previous is None or query.recent.holds(previous.version)):
                 query.recent.advance(commit.version, chunk, facts.newest_ms,
                                      commit.next_watermark_ms)
                 chunk = None  # the index owns it now
-            query.fence.check()
-            publish_windows(spark, settings, deltas, commit, batch_id)
         finally:
-            if dedup is not None and deltas is None:  # failed before its result was taken
-                try:
-                    deltas, chunk = dedup.result()
-                except Exception:  # noqa: BLE001 - the batch fails with the first error
-                    pass
-            for frame in (deltas, chunk):
-                if frame is not None:
-                    free_checkpointed(frame)
+            if chunk is not None:
+                free_checkpointed(chunk)
             classified.unpersist()
             spark.sparkContext.setJobDescription(None)
 
