@@ -2,7 +2,7 @@
 
 `offsets/<batchId>` is the write-ahead log of a batch: written before the batch runs, it holds
 the watermark the batch uses (`batchWatermarkMs`) and the end offset of each source; the start
-is the previous batch's end (DESIGN §10). Files are read through Hadoop's FileSystem so the
+is the previous batch's end (docs/design.md §12). Files are read through Hadoop's FileSystem so the
 same code works for local disk and object storage.
 """
 
