@@ -193,6 +193,7 @@ screenshots: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/vulture
 
 clean: kafka-down cluster-down
 	rm -rf .lakehouse .dagster_home .dagster_home_cluster .kafka .s3proxy .postgres .spark \
