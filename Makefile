@@ -147,9 +147,12 @@ stream: setup kafka-up
 # One run from the command line, recorded in DAGSTER_HOME like the UI's (README "Operations"):
 # make materialize SELECT=<asset,...> [PARTITION=<date> | PARTITION_RANGE=<date>...<date>]
 #   [CONFIG='<run config JSON>']
+ifneq ($(filter materialize,$(MAKECMDGOALS)),)
+ifeq ($(SELECT),)
+$(error name the assets: make materialize SELECT=<asset,...> [PARTITION=YYYY-MM-DD | PARTITION_RANGE=YYYY-MM-DD...YYYY-MM-DD] [CONFIG='<json>'])
+endif
+endif
 materialize: setup kafka-up
-	@test -n "$(SELECT)" || { echo "error: name the assets: make materialize SELECT=<asset,...>" \
-	  "[PARTITION=YYYY-MM-DD | PARTITION_RANGE=YYYY-MM-DD...YYYY-MM-DD] [CONFIG='<json>']"; exit 2; }
 	$(VENV)/bin/dagster asset materialize -m orchestration.definitions --select '$(SELECT)' \
 	  $(if $(PARTITION),--partition '$(PARTITION)') \
 	  $(if $(PARTITION_RANGE),--partition-range '$(PARTITION_RANGE)') \
