@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
+from functools import cache
 from pathlib import Path
 
 from lakehouse.settings import Settings
@@ -32,12 +33,14 @@ def code_spans(text: str) -> list[str]:
     return re.findall(r"`([^`\n]+)`", text)
 
 
+@cache
 def python_files() -> list[Path]:
     out = subprocess.run(["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True,
                          check=True).stdout
     return [REPO / line for line in out.splitlines()]
 
 
+@cache
 def trees() -> dict[Path, ast.Module]:
     return {p: ast.parse(p.read_text(), str(p)) for p in python_files()}
 
@@ -168,3 +171,34 @@ def test_design_references_point_at_numbered_sections():
             refs.setdefault(ref, []).append(str(path.relative_to(REPO)))
     assert len(refs) >= 5
     assert set(refs) <= sections, {r: f for r, f in refs.items() if r not in sections}
+
+
+def folder_rows() -> dict[str, tuple[str, set[str]]]:
+    """README's folder table: room -> (what it holds, the rooms its imports column names)."""
+    rows = {}
+    for holds_room, holds, imports in re.findall(r"^\| `(\w+)/` \| (.*) \| (.*) \|$", README,
+                                                 re.MULTILINE):
+        rows[holds_room] = (holds, set(re.findall(r"`(\w+)`", imports)))
+    return rows
+
+
+def test_the_folder_table_lists_every_module_and_what_each_room_imports():
+    rows = folder_rows()
+    rooms = [*PRODUCT, "testkit"]
+    assert set(rooms) <= set(rows)
+    for room in rooms:
+        holds, imports = rows[room]
+        modules = [p.relative_to(REPO / room) for p in python_files()
+                   if p.relative_to(REPO).parts[0] == room and p.name != "__init__.py"]
+        named = set(code_spans(holds))
+        unnamed = [str(m) for m in modules
+                   if m.stem not in named or any(f"{d}/" not in named for d in m.parts[:-1])]
+        assert not unnamed, f"{room}/ modules the README's folder table leaves out: {unnamed}"
+        imported = set()
+        for path, tree in trees().items():
+            if path.relative_to(REPO).parts[0] == room:
+                imported |= {n.split(".")[0] for node in ast.walk(tree)
+                             for n in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                                       else [node.module] if isinstance(node, ast.ImportFrom)
+                                       and node.level == 0 and node.module else [])}
+        assert imports == (imported & set(rooms)) - {room}, room
