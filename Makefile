@@ -1,4 +1,4 @@
-# Everything a fresh machine needs is installed by these targets (DESIGN §9).
+# Everything a fresh machine needs is installed by these targets (docs/design.md §10).
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
@@ -31,11 +31,18 @@ else
 $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
 endif
 
-.PHONY: setup kafka-up kafka-down demo test ui stream bench bench-stages bench-service bench-commits profile drills lint clean screenshots dagster-instance \
+.PHONY: setup system-deps materialize kafka-up kafka-down demo test ui stream bench bench-stages bench-service bench-commits profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
-	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster
+	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster test-cluster-run
 
-setup: $(VENV)/.installed .jars/.fetched dagster-instance
+setup: system-deps $(VENV)/.installed .jars/.fetched dagster-instance
+
+# The Debian packages the targets and tests run (infra/system_packages.sh: installed with apt-get
+# as root; otherwise it prints the command to run and stops): a JDK 17 and Maven for the jars,
+# Kafka and Spark, PostgreSQL's server for the cluster stack and the writer-lock tests.
+SYSTEM_PACKAGES := openjdk-17-jdk-headless=java maven=mvn postgresql=/usr/lib/postgresql/*/bin/initdb
+system-deps:
+	@infra/system_packages.sh $(SYSTEM_PACKAGES)
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
@@ -45,9 +52,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 .jars/.fetched: infra/jars/spark/pom.xml infra/jars/kafka/pom.xml infra/jars/s3proxy/pom.xml \
-		infra/jars/s3/pom.xml infra/jars/settings.xml
-	@command -v mvn >/dev/null || { echo "error: mvn not found: install Apache Maven 3.8+ (apt-get install maven)"; exit 1; }
-	@command -v java >/dev/null || { echo "error: java not found: install a JDK 17 (apt-get install openjdk-17-jdk-headless)"; exit 1; }
+		infra/jars/s3/pom.xml infra/jars/settings.xml | system-deps
 	rm -rf .jars/spark .jars/kafka .jars/s3proxy .jars/s3
 	$(MVN) -f infra/jars/spark/pom.xml dependency:copy-dependencies
 	$(MVN) -f infra/jars/s3/pom.xml dependency:copy-dependencies
@@ -63,8 +68,9 @@ dagster-instance:
 kafka-up: setup
 	@$(PY) infra/kafka/broker.py up
 
+# Stopping needs no set-up (and does nothing where nothing was installed).
 kafka-down:
-	@$(PY) infra/kafka/broker.py down
+	@test ! -x $(PY) || $(PY) infra/kafka/broker.py down
 
 # The cluster stack on loopback (infra/cluster.env lists the settings that point the pipeline at
 # it): S3Proxy object store, PostgreSQL for Dagster, Spark standalone, three Kafka brokers.
@@ -82,7 +88,6 @@ kafka-cluster-up: setup
 
 cluster-up: s3-up pg-up spark-cluster-up kafka-cluster-up
 
-# Stopping needs no set-up (and does nothing where nothing was installed).
 s3-down:
 	@test ! -x $(PY) || $(PY) infra/s3/s3proxy.py down
 
@@ -105,29 +110,53 @@ demo: setup kafka-up
 # running afterwards for `make ui-cluster`; `make cluster-down` stops them.
 CLUSTER_HOME := $(CURDIR)/.dagster_home_cluster
 CLUSTER_ENV := set -a; . infra/cluster.env; set +a; export DAGSTER_HOME=$(CLUSTER_HOME)
+# A recipe line holding $(MAKE) runs even under `make -n`: such lines call make only.
+CLUSTER_INSTANCE := $(MAKE) --no-print-directory dagster-instance DAGSTER_INSTANCE=postgres \
+	DAGSTER_HOME=$(CLUSTER_HOME)
 demo-cluster: setup cluster-up
-	@$(CLUSTER_ENV); $(MAKE) --no-print-directory dagster-instance && $(PY) -m testkit.demo
+	@$(CLUSTER_INSTANCE)
+	@$(CLUSTER_ENV); $(PY) -m testkit.demo
 
 ui-cluster: setup
-	@$(CLUSTER_ENV); $(MAKE) --no-print-directory dagster-instance && \
-	  $(VENV)/bin/dagster dev -h 127.0.0.1 -p $${DAGSTER_PORT:-3000} -w workspace.yaml
+	@$(CLUSTER_INSTANCE)
+	@$(CLUSTER_ENV); $(VENV)/bin/dagster dev -h 127.0.0.1 -p $${DAGSTER_PORT:-3000} -w workspace.yaml
 
 # The end-to-end scenario on the cluster stack with a broker stopped and a Spark worker killed
 # (tests/cluster); brings the stack up and tears it down. Run by .ci/run after `make test`.
 test-cluster: setup
 	@$(MAKE) --no-print-directory cluster-up
-	@$(CLUSTER_ENV); $(MAKE) --no-print-directory dagster-instance && \
-	  $(PY) -m pytest -o addopts=-ra -o timeout=2400 -p no:randomly tests/cluster $(PYTEST_ARGS); \
-	  rc=$$?; $(MAKE) --no-print-directory cluster-down; exit $$rc
+	@$(MAKE) --no-print-directory test-cluster-run; rc=$$?; \
+	  $(MAKE) --no-print-directory cluster-down; exit $$rc
+
+# The scenario alone, on a running cluster stack.
+test-cluster-run: setup
+	@$(CLUSTER_INSTANCE)
+	@$(CLUSTER_ENV); \
+	  $(PY) -m pytest -o addopts=-ra -o timeout=2400 -p no:randomly tests/cluster $(PYTEST_ARGS)
 
 test: setup lint kafka-up
 	$(PY) -m pytest --ignore=tests/cluster -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
-ui: setup
+# The daemon runs the schedules and sensors, which read the broker.
+ui: setup kafka-up
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -p $${DAGSTER_PORT:-3000} -w workspace.yaml
 
 stream: setup kafka-up
 	$(PY) -m service.runner
+
+# One run from the command line, recorded in DAGSTER_HOME like the UI's (README "Operations"):
+# make materialize SELECT=<asset,...> [PARTITION=<date> | PARTITION_RANGE=<date>...<date>]
+#   [CONFIG='<run config JSON>']
+ifneq ($(filter materialize,$(MAKECMDGOALS)),)
+ifeq ($(SELECT),)
+$(error name the assets: make materialize SELECT=<asset,...> [PARTITION=YYYY-MM-DD | PARTITION_RANGE=YYYY-MM-DD...YYYY-MM-DD] [CONFIG='<json>'])
+endif
+endif
+materialize: setup kafka-up
+	$(VENV)/bin/dagster asset materialize -m orchestration.definitions --select '$(SELECT)' \
+	  $(if $(PARTITION),--partition '$(PARTITION)') \
+	  $(if $(PARTITION_RANGE),--partition-range '$(PARTITION_RANGE)') \
+	  $(if $(CONFIG),--config-json '$(CONFIG)')
 
 # The product against hand-written Spark jobs on one topic, warmed, interleaved, medians of 3
 # (bench.ratios: BENCH_EVENTS=2000000), then the service at 20,000 and 5,000 events/s
@@ -159,12 +188,15 @@ bench-commits: setup
 drills: setup kafka-up
 	$(PY) -m bench.drills $(DRILLS_ARGS)
 
+# Headless Chromium, for this target only.
 screenshots: setup
+	@infra/system_packages.sh chromium=chromium
 	$(PY) scripts/screenshots.py
 
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/vulture
 
 clean: kafka-down cluster-down
 	rm -rf .lakehouse .dagster_home .dagster_home_cluster .kafka .s3proxy .postgres .spark \

@@ -33,7 +33,7 @@ _CREDENTIALS = ("sasl.password", "sasl.jaas.config", "ssl.key.password",
                 "ssl.keystore.password", "ssl.truststore.password", "sasl.oauthbearer")
 
 class LakehouseResource(ConfigurableResource):
-    """The typed settings (env vars, docs/design.md §7); fields here override them (tests, UI).
+    """The typed settings (env vars, docs/design.md §9); fields here override them (tests, UI).
     An override goes through the same validation as the environment, and a run config cannot
     send the environment's Kafka credentials to another broker. Read once per resource object."""
 

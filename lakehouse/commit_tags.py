@@ -32,10 +32,6 @@ BRONZE_POSITION_TAG = "lakehouse-stream:kafka-end-offsets="
 INGEST_TAG = "lakehouse-ingest:"
 
 
-def position_metadata(end_offsets: dict[int, int]) -> str:
-    return BRONZE_POSITION_TAG + json.dumps({str(p): o for p, o in sorted(end_offsets.items())})
-
-
 @dataclass(frozen=True)
 class StreamCommit:
     """What a stream commit of bronze says about the batch that made it."""

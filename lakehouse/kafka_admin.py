@@ -17,7 +17,7 @@ from lakehouse.topic_checks import require_log_append_time
 
 TOPIC_CONFIG = {
     # The broker stamps each record with its append time: monotonic per partition, so a replay
-    # can find "everything ingested between T1 and T2" with offsets-for-times (DESIGN §3).
+    # can find "everything ingested between T1 and T2" with offsets-for-times (docs/design.md §3).
     "message.timestamp.type": "LogAppendTime",
     "retention.ms": str(14 * 24 * 3600 * 1000),
 }

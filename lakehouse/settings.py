@@ -1,4 +1,4 @@
-"""The one typed configuration object, fed by environment variables (docs/design.md §7).
+"""The one typed configuration object, fed by environment variables (docs/design.md §9).
 
 Everything else receives a `Settings`; nothing reads `os.environ` for pipeline settings. It is a
 pydantic-settings model: each field names its variable (its alias), bad values fail at load time

@@ -9,7 +9,7 @@ Nothing here runs a Spark job. The sources are:
   offsets, the time of the last successful batch;
 - the Kafka end offsets (`lakehouse.kafka_admin.topic_offsets`, one batched request), polled by a
   background thread every `poll_seconds` (5 s): consumer lag per partition = end offset - the
-  ingest query's processed end offset (Spark commits no consumer-group offsets, DESIGN §8);
+  ingest query's processed end offset (Spark commits no consumer-group offsets, docs/design.md §12);
 - the Delta logs of `quarantined_events` and `late_events`, followed commit by commit by the same
   thread: the records each blind append added, from the `add` actions' `numRecords` statistic.
   The quarantine reason is a per-file min/max statistic too; a file holding several reasons

@@ -2,7 +2,7 @@
 
 `offsets/<batchId>` is the write-ahead log of a batch: written before the batch runs, it holds
 the watermark the batch uses (`batchWatermarkMs`) and the end offset of each source; the start
-is the previous batch's end (DESIGN §10). Files are read through Hadoop's FileSystem so the
+is the previous batch's end (docs/design.md §12). Files are read through Hadoop's FileSystem so the
 same code works for local disk and object storage.
 """
 
@@ -32,7 +32,6 @@ def read_text(spark: SparkSession, path: str) -> str | None:
 class BatchOffsets:
     batch_id: int
     watermark_ms: int
-    batch_timestamp_ms: int
     sources: list[dict | None]
 
 
@@ -43,9 +42,7 @@ def batch_offsets(spark: SparkSession, checkpoint: str, batch_id: int) -> BatchO
     lines = text.strip().splitlines()
     meta = json.loads(lines[1])
     sources = [None if s.strip() == "-" else json.loads(s) for s in lines[2:]]
-    return BatchOffsets(
-        batch_id, int(meta.get("batchWatermarkMs", 0)), int(meta.get("batchTimestampMs", 0)), sources
-    )
+    return BatchOffsets(batch_id, int(meta.get("batchWatermarkMs", 0)), sources)
 
 
 def query_id(spark: SparkSession, checkpoint: str) -> str | None:

@@ -1,4 +1,4 @@
-"""Realistic event generator (DESIGN §3): deterministic for a seed, produced to Kafka.
+"""Realistic event generator (docs/design.md §3): deterministic for a seed, produced to Kafka.
 
     python -m testkit.generator --count 100000 --seed 7 [--rate 50000] [--end 2026-11-21T12:00Z]
 

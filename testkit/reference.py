@@ -2,7 +2,7 @@
 Delta): the valid rows of generated records, deduplicated and aggregated per window and key.
 
 Shared by the drills and the tests (`tests/reference.py` builds its chunk model on these), so
-there is one copy of the reference semantics (DESIGN §4):
+there is one copy of the reference semantics (docs/design.md §4):
 - a record is valid when the generator made it as an event (`VALID_KINDS`);
 - the first copy of an event_id within its event date counts (arrival order);
 - tumbling 1-minute windows by event time, UTC; exact decimals (6 fractional digits).

@@ -39,7 +39,8 @@ def bronze_rows(spark, times):
                                        "offset long")
 
 
-def test_corrections_scope_prunes_by_utc_instants_across_the_dst_change(spark, tmp_path, new_york):
+@pytest.mark.usefixtures("new_york")
+def test_corrections_scope_prunes_by_utc_instants_across_the_dst_change(spark, tmp_path):
     settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
     # One event per minute from 05:00 to 07:00 UTC: local 01:00-01:59 twice, then 02:00-02:59.
     times = [FALL_BACK - timedelta(hours=1) + timedelta(minutes=m, seconds=10) for m in range(120)]
@@ -54,7 +55,8 @@ def test_corrections_scope_prunes_by_utc_instants_across_the_dst_change(spark, t
     assert sorted(r.value_sum for r in got) == [Decimal(31), Decimal(91)]
 
 
-def test_run_metadata_times_are_utc_on_a_non_utc_host(spark, tmp_path, new_york):
+@pytest.mark.usefixtures("new_york")
+def test_run_metadata_times_are_utc_on_a_non_utc_host(spark, tmp_path):
     settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
     ensure_tables(spark, settings)
     newest = FALL_BACK + timedelta(minutes=30, seconds=5)  # local 01:30:05 EST, the second one

@@ -1,4 +1,4 @@
-"""Gold for other readers: `reconciled_aggregates` and `late_corrections` (DESIGN §4) read without
+"""Gold for other readers: `reconciled_aggregates` and `late_corrections` (docs/design.md §5) read without
 Spark, through delta-rs (`deltalake`) and polars, hold exactly what Spark reads, and the Change
 Data Feed of the gold table read by delta-rs shows the revisions the changelog records, as
 Spark's `readChangeFeed` does. The tables are the end-to-end scenario's (conftest `scenario`:
@@ -7,14 +7,13 @@ a published date corrected by late events), built by the real pipeline through D
 from collections import Counter
 from datetime import datetime
 
+import polars as pl
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
 from lakehouse.settings import utc
 from lakehouse.shape import DEFAULT_SHAPE
-
-pl = pytest.importorskip("polars")
 
 MEASURES = DEFAULT_SHAPE.measure_columns
 

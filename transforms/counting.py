@@ -1,4 +1,4 @@
-"""Which events count for a date: the dedup and horizon rules (DESIGN §4), in one place.
+"""Which events count for a date: the dedup and horizon rules (docs/design.md §4), in one place.
 
 Corrections (from bronze) and the replay (from the raw log) both call `events_for_date`, so the
 two sides of the proof apply the same rules without either importing the other.

@@ -65,9 +65,6 @@ def max_abs(measure_type: str) -> str:
     return "1" + "0" * min(p - s, 24 - s)
 
 
-KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
-
-
 def _blank(c: Column) -> Column:
     return c.isNull() | (F.trim(c) == "")
 
@@ -79,16 +76,10 @@ def _not_scalar(variant_type: Column) -> Column:
         variant_type == "BOOLEAN")
 
 
-def parse_events(raw: DataFrame, settings: Settings) -> tuple[DataFrame, DataFrame]:
-    """Split Kafka rows (key, value, topic, partition, offset, timestamp) into valid events and
-    quarantined records. Lazy; each output re-parses its input, so to use both, prefer
-    `parsed_events` (parses once, cached)."""
-    return _split(classify(raw, settings), settings)
-
-
 @contextmanager
 def parsed_events(raw: DataFrame, settings: Settings) -> Iterator[tuple[DataFrame, DataFrame]]:
-    """`parse_events` with the classification computed once and cached for both outputs.
+    """Split Kafka rows (key, value, topic, partition, offset, timestamp) into valid events and
+    quarantined records, with the classification computed once and cached for both outputs.
 
     The cache is also a plan barrier: without it Spark pushes each `reason` filter down through
     the staged projections and evaluates the JSON parse once per reference (seen: 7x slower)."""
@@ -310,7 +301,7 @@ def _not_a_string(field: str, type_column: str) -> Column:
 
 
 def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
-    """QUARANTINE_COLUMNS from `classify` output; apply after filtering on `reason`, so the
+    """The quarantine's columns from `classify` output; apply after filtering on `reason`, so the
     base64 encoding and details are computed for rejected rows only."""
     shape = settings.shape
     reason = F.col("reason")
@@ -371,18 +362,3 @@ def valid_columns(shape: EventShape) -> tuple[str, ...]:
     return ("event_id", *shape.dimension_names, "event_time", "payload_event_time",
             *shape.measure_fields, "attributes", "record_key", "topic", "partition", "offset",
             "kafka_timestamp", "event_date")
-
-
-VALID_COLUMNS = valid_columns(DEFAULT_SHAPE)
-QUARANTINE_COLUMNS = (
-    "reason",
-    "detail",
-    "topic",
-    "partition",
-    "offset",
-    "kafka_timestamp",
-    "value_bytes",
-    "raw_key",
-    "raw_value",
-    "quarantine_date",
-)

@@ -5,7 +5,7 @@ tombstone), giant payloads (> MAX_EVENT_BYTES), binary garbage, JSON nested 10,0
 and under `attributes` of an otherwise valid event) and wrong types (value and event_time as
 objects, arrays, booleans, null).
 
-The expected reason of each record comes from the contract (DESIGN §3), not from the parser.
+The expected reason of each record comes from the contract (docs/design.md §3), not from the parser.
 Verified, per record, by the (partition, offset) the broker acknowledged: every bad record is
 in `quarantined_events` with its expected reason (so the count per reason equals what was
 produced), every valid one is in bronze, nothing twice. Then the bronze catch-up's throughput is

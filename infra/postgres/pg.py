@@ -1,7 +1,7 @@
 """Start, stop and check a throwaway PostgreSQL cluster on 127.0.0.1 (Dagster's instance storage).
 
 Uses the server binaries of the machine's PostgreSQL (Debian: /usr/lib/postgresql/<ver>/bin, from
-the `postgresql` package; installed with apt-get when missing and running as root). The cluster
+the `postgresql` package, which `make setup` installs: `make system-deps`). The cluster
 lives in `.postgres/` of the repo: data in `.postgres/data`, its unix socket in `.postgres/run`
 (mode 0700), log in `.postgres/postgres.log`. It listens on 127.0.0.1:$PG_PORT only (default
 5433; DAGSTER_PG_PORT is read too). TCP logins need the password DAGSTER_PG_PASSWORD of the
@@ -37,7 +37,7 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(name) or default
 
 
-def find_bindir(install: bool = True) -> Path:
+def find_bindir() -> Path:
     """The folder holding initdb and pg_ctl: $PG_BINDIR, the newest Debian
     /usr/lib/postgresql/<ver>/bin, or the one of `pg_config` on PATH."""
     candidates = [Path(os.environ["PG_BINDIR"])] if os.environ.get("PG_BINDIR") else []
@@ -51,15 +51,7 @@ def find_bindir(install: bool = True) -> Path:
     for c in candidates:
         if (c / "initdb").exists() and (c / "pg_ctl").exists():
             return c
-    if install and os.geteuid() == 0 and shutil.which("apt-get"):
-        print("PostgreSQL server binaries missing: apt-get install -y postgresql", flush=True)
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        apt = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"]
-        if subprocess.run(apt, env=env).returncode != 0:
-            subprocess.run(["apt-get", "update", "-q"], env=env)
-            subprocess.run(apt, env=env)
-        return find_bindir(install=False)
-    raise ServerError("PostgreSQL server binaries (initdb, pg_ctl) not found: install them "
+    raise ServerError("PostgreSQL server binaries (initdb, pg_ctl) not found: run `make setup` "
                       "(Debian/Ubuntu: sudo apt-get install postgresql; or set PG_BINDIR)")
 
 
@@ -110,7 +102,7 @@ class Postgres:
     def running(self, bindir: Path | None = None) -> bool:
         if not (self.data_dir / "PG_VERSION").exists():
             return False
-        bindir = bindir or find_bindir(install=False)
+        bindir = bindir or find_bindir()
         return self._run([str(bindir / "pg_ctl"), "status", "-D", str(self.data_dir)],
                          check=False).returncode == 0
 
@@ -172,7 +164,7 @@ class Postgres:
     def down(self) -> str:
         if not (self.data_dir / "PG_VERSION").exists():
             return "PostgreSQL not running"
-        bindir = find_bindir(install=False)
+        bindir = find_bindir()
         if not self.running(bindir):
             return "PostgreSQL not running"
         self._run([str(bindir / "pg_ctl"), "stop", "-D", str(self.data_dir), "-m", "fast", "-w"])

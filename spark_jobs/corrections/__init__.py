@@ -1,7 +1,7 @@
 """Corrections: recompute a date's affected windows exactly from bronze and publish them to the
 gold `reconciled_aggregates`, logging every change of a published window in `late_corrections`.
 
-Rules (DESIGN §4):
+Rules (docs/design.md §4):
 - an event counts when it is valid, the first copy of its event_id in its date (arrival order),
   and reached the broker within the correction horizon after its date ended; later arrivals are
   kept in bronze and reported, not applied (the replay applies the same cut-off);
