@@ -42,21 +42,29 @@ CATCH_UP = "raw_events,bronze_events,streaming_aggregates"
 RECONCILE = "replay_aggregates,late_corrections,reconciled_aggregates"
 
 
-def env(root: Path, topic: str) -> dict[str, str]:
+# Optional: a checkout of earlier code (e.g. `git archive <commit> | tar -x -C dir`, with its
+# `.jars` linked): its empty catch-up and reconcile_dates run on the same roots, interleaved,
+# reported as `baseline_*` (the before/after of a change, measured back to back).
+BASELINE = os.environ.get("RUN_PATH_BASELINE")
+
+
+def env(root: Path, topic: str, code: Path = REPO) -> dict[str, str]:
     return {**os.environ, "LAKEHOUSE_ROOT": str(root), "EVENTS_TOPIC": topic,
-            "DAGSTER_HOME": str(WORK / "dagster_home"), "PYTHONPATH": str(REPO),
+            "DAGSTER_HOME": str(WORK / "dagster_home"), "PYTHONPATH": str(code),
             "GX_ANALYTICS_ENABLED": "false", "DAGSTER_DISABLE_TELEMETRY": "true",
             "TQDM_DISABLE": "1", "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
             "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", PY)}
 
 
 def timed(cmd: list[str], environ: dict[str, str], what: str) -> float:
+    cwd = environ.get("PYTHONPATH", str(REPO))
     """Wall seconds of `cmd` in a fresh process (it must succeed)."""
     log = WORK / "logs" / f"{what}-{uuid.uuid4().hex[:6]}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with log.open("w") as out:
-        rc = subprocess.run(cmd, env=environ, cwd=REPO, stdout=out, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(cmd, env=environ, cwd=cwd, stdout=out,
+                            stderr=subprocess.STDOUT).returncode
     seconds = time.perf_counter() - t0
     if rc != 0:
         raise RuntimeError(f"{what} failed (exit {rc}): see {log}")
@@ -152,8 +160,15 @@ def main() -> int:
         runs["naive_peer"].append(peer("stream", env(WORK / "peer", topic),
                                        str(WORK / f"peer-{i}")))
         runs["empty_catch_up"].append(materialize(CATCH_UP, product, "empty_catch_up"))
+        if BASELINE:
+            before = env(WORK / f"product-{i}", topic, Path(BASELINE))
+            runs.setdefault("baseline_empty_catch_up", []).append(
+                materialize(CATCH_UP, before, "baseline_empty_catch_up"))
         runs["reconcile_first"].append(materialize(RECONCILE, product, "reconcile_first", day))
         runs["reconcile_again"].append(materialize(RECONCILE, product, "reconcile_again", day))
+        if BASELINE:
+            runs.setdefault("baseline_reconcile_again", []).append(
+                materialize(RECONCILE, before, "baseline_reconcile_again", day))
         runs["replay"].append(materialize("replay_aggregates", product, "replay", day))
         ranges, _ = offset_ranges(Settings.from_env(product), day)
         runs["batch_peer"].append(peer("batch", env(WORK / "peer", topic),
@@ -169,6 +184,12 @@ def main() -> int:
         "median_s": med,
         "catch_up_ratio_vs_naive_peer": round(med["naive_peer"] / med["catch_up"], 2),
         "replay_ratio_vs_batch_peer": round(med["batch_peer"] / med["replay"], 2),
+        **({"baseline": BASELINE,
+            "empty_catch_up_vs_baseline": round(med["empty_catch_up"]
+                                                / med["baseline_empty_catch_up"], 2),
+            "reconcile_again_vs_baseline": round(med["reconcile_again"]
+                                                 / med["baseline_reconcile_again"], 2)}
+           if BASELINE else {}),
         "targets": {"empty_catch_up_s": 10, "reconcile_s": 15, "ratios": 0.8},
     }
     print(json.dumps(result, indent=2), flush=True)
