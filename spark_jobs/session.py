@@ -37,9 +37,9 @@ def object_store_classpath(settings: Settings) -> dict[str, str]:
 # A short-lived driver JVM (one Dagster run in a fresh process) compiles with C1 only: C2's
 # compiler threads otherwise compete with the run's own work for the 2 cores through most of a
 # run that ends before C2's code pays off (a reconcile_dates run of a 3,000-event date: 143 s
-# vs 71 s, and a stream catch-up of 3,000 events ~x s, A/B back to back on a loaded machine,
-# docs/performance-log.md 2026-11-25). Long-lived JVMs (the service, the tests' sessions, the
-# bench) keep C2: the test suite took 24 instead of 19 minutes with C1 only (2026-11-23).
+# vs 71 s and 78 s vs 49 s, A/B back to back on a loaded machine, docs/performance-log.md
+# 2026-11-25). Long-lived JVMs (the service, the tests' sessions, the bench) keep C2: the test
+# suite took 24 instead of 19 minutes with C1 only (2026-11-23).
 SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
