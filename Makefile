@@ -31,7 +31,7 @@ else
 $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
 endif
 
-.PHONY: setup system-deps materialize kafka-up kafka-down demo test ui stream bench bench-stages bench-service bench-commits profile drills lint clean screenshots dagster-instance \
+.PHONY: setup system-deps materialize kafka-up kafka-down demo test ui stream bench bench-stages bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster test-cluster-run
 
@@ -178,6 +178,12 @@ bench-service: setup kafka-up
 # per table, the fixed cost of a one-record batch.
 profile: setup kafka-up
 	$(PY) -m bench.profile
+
+# A Dagster run from a cold start (`dagster asset materialize` in a fresh process) against the
+# hand-written jobs each in a fresh process: catch-up, empty catch-up, reconcile_dates, replay
+# (bench.run_path: RUN_PATH_EVENTS=3000, RUN_PATH_ROUNDS=3).
+bench-run-path: setup kafka-up dagster-instance
+	$(PY) -m bench.run_path
 
 # What one small Delta commit costs here, by kind (plain/idempotent append, UPDATE), in Spark jobs.
 bench-commits: setup

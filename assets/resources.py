@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 from dagster import ConfigurableResource
@@ -142,12 +144,22 @@ class SparkResource(LazyPySparkResource):
         if self._session is None:
             from spark_jobs.session import get_spark
 
-            self._session = get_spark(self.lakehouse.settings, extra=self.spark_config)
+            self._session = get_spark(self.lakehouse.settings, extra=self.spark_config,
+                                      short_run=_one_run_process())
         return self._session
 
     @property
     def session(self) -> SparkSession:
         return self.spark_session
+
+
+def _one_run_process() -> bool:
+    """Whether this process is the `dagster` command running one run (`dagster asset
+    materialize`, `dagster job execute`, the run launcher's `dagster api execute_run`): its JVM
+    lives for that run only. Not in a test worker, the demo or any other host process, whose
+    session outlives the run."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    return argv0.name == "dagster" or argv0.parent.name == "dagster"
 
 
 class LogPositionResource(ConfigurableResource):

@@ -143,6 +143,18 @@ def arrow_fs(uri: str, env: Mapping[str, str] | None = None):
     return fs.FileSystem.from_uri(uri)
 
 
+def modified_at(uri: str, env: Mapping[str, str] | None = None) -> float | None:
+    """Modification time (epoch seconds) of a file, None when absent."""
+    local = local_path(uri)
+    if local is not None:
+        return local.stat().st_mtime if local.exists() else None
+    from pyarrow import fs
+
+    filesystem, path = arrow_fs(uri, env)
+    info = filesystem.get_file_info(path)
+    return None if info.type == fs.FileType.NotFound else info.mtime.timestamp()
+
+
 def list_names(uri: str, env: Mapping[str, str] | None = None) -> list[str]:
     """Names directly under a local directory or object-store prefix ([] when absent)."""
     local = local_path(uri)

@@ -3,18 +3,26 @@
 `offsets/<batchId>` is the write-ahead log of a batch: written before the batch runs, it holds
 the watermark the batch uses (`batchWatermarkMs`) and the end offset of each source; the start
 is the previous batch's end (docs/design.md §12). Files are read through Hadoop's FileSystem so the
-same code works for local disk and object storage.
+same code works for local disk and object storage; with `spark=None` through `lakehouse.storage`
+(local disk or pyarrow's object-store clients): a run that finds nothing to do reads the
+checkpoint without starting a JVM (`spark_jobs.stream.caught_up`).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pyspark.sql import SparkSession
+from lakehouse import storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
-def read_text(spark: SparkSession, path: str) -> str | None:
+def read_text(spark: SparkSession | None, path: str) -> str | None:
+    if spark is None:
+        return storage.read_text(path)
     jvm = spark.sparkContext._jvm
     hpath = jvm.org.apache.hadoop.fs.Path(path)
     fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
@@ -35,7 +43,7 @@ class BatchOffsets:
     sources: list[dict | None]
 
 
-def batch_offsets(spark: SparkSession, checkpoint: str, batch_id: int) -> BatchOffsets | None:
+def batch_offsets(spark: SparkSession | None, checkpoint: str, batch_id: int) -> BatchOffsets | None:
     text = read_text(spark, f"{checkpoint}/offsets/{batch_id}")
     if text is None:
         return None
@@ -51,7 +59,23 @@ def query_id(spark: SparkSession, checkpoint: str) -> str | None:
     return json.loads(text)["id"] if text else None
 
 
-def last_committed_batch(spark: SparkSession, checkpoint: str) -> int | None:
+def batch_ids(spark: SparkSession | None, checkpoint: str, log: str) -> list[int]:
+    """The batch ids of the checkpoint's `log` (`offsets`: started, `commits`: completed)."""
+    if spark is None:
+        return sorted(int(n) for n in storage.list_names(f"{checkpoint}/{log}") if n.isdigit())
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/{log}")
+    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(hpath):
+        return []
+    return sorted(int(s.getPath().getName()) for s in fs.listStatus(hpath)
+                  if s.getPath().getName().isdigit())
+
+
+def last_committed_batch(spark: SparkSession | None, checkpoint: str) -> int | None:
+    if spark is None:
+        ids = batch_ids(None, checkpoint, "commits")
+        return ids[-1] if ids else None
     jvm = spark.sparkContext._jvm
     hpath = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/commits")
     fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
@@ -65,7 +89,7 @@ def last_committed_batch(spark: SparkSession, checkpoint: str) -> int | None:
     return max(ids) if ids else None
 
 
-def committed_position(spark: SparkSession, checkpoint: str, topic: str) -> dict[int, int]:
+def committed_position(spark: SparkSession | None, checkpoint: str, topic: str) -> dict[int, int]:
     """The end offsets of the checkpoint's last committed batch: where it resumes ({} when no
     batch committed)."""
     last = last_committed_batch(spark, checkpoint)
@@ -87,11 +111,13 @@ def move_aside(spark: SparkSession, checkpoint: str, suffix: str) -> str:
     return str(dst)
 
 
-def last_commit_time(spark: SparkSession, checkpoint: str) -> float | None:
+def last_commit_time(spark: SparkSession | None, checkpoint: str) -> float | None:
     """Modification time (epoch seconds) of the newest batch commit: the checkpoint's age."""
     last = last_committed_batch(spark, checkpoint)
     if last is None:
         return None
+    if spark is None:
+        return storage.modified_at(f"{checkpoint}/commits/{last}")
     jvm = spark.sparkContext._jvm
     hpath = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/commits/{last}")
     fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())

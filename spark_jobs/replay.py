@@ -32,7 +32,7 @@ from lakehouse.kafka_admin import PartitionOffsets, offsets_for_time, topic_offs
 from lakehouse.locks import date_lock
 from lakehouse.log_ranges import ReplayIncomplete, ReplayResult, offset_ranges
 from lakehouse.settings import Settings, day_bounds
-from lakehouse.state_rows import latest_row
+from lakehouse.state_rows import append_row, latest_row
 from lakehouse.topic_checks import require_log_append_time
 from spark_jobs.tables import ensure_tables, read_table
 from transforms.counting import events_for_date
@@ -142,10 +142,12 @@ def _replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None,
         empty = spark.createDataFrame([], read_table(spark, settings, REPLAY).schema)
         _write_replay(empty.drop("replayed_at"), settings, d)
     row = (d, version, run_id, datetime.now(UTC))
-    # The declared schema, not the table's: a table created by an older release with more
-    # (nullable) columns still takes the row.
-    spark.createDataFrame([row], REPLAY_STATE.ddl).write.format(
-        "delta").mode("append").save(settings.table_path(REPLAY_STATE.name))
+    if not append_row(settings, REPLAY_STATE.name, dict(zip(
+            ("event_date", "bronze_version", "run_id", "replayed_at"), row, strict=True))):
+        # The declared schema, not the table's: a table created by an older release with more
+        # (nullable) columns still takes the row.
+        spark.createDataFrame([row], REPLAY_STATE.ddl).write.format(
+            "delta").mode("append").save(settings.table_path(REPLAY_STATE.name))
     return result
 
 

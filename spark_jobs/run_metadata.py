@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.catalog import BRONZE, FINAL, INGEST_QUERY, LATE, OPEN, QUARANTINE, STREAMING
 from lakehouse.commit_tags import stream_watermark
+from lakehouse.delta_log import open_table
 from lakehouse.settings import Settings, from_micros
 from lakehouse.table_stats import largest_file_max_at_most, log_stats
 from spark_jobs import checkpoint as ckpt
@@ -29,7 +30,9 @@ def _iso(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat() if value else None
 
 
-def bronze_summary(spark: SparkSession, settings: Settings, batch_ids: list[int]) -> dict:
+def bronze_summary(spark: SparkSession | None, settings: Settings, batch_ids: list[int]) -> dict:
+    """Totals from the log, and the quarantine reasons of this run's batches (`batch_ids`;
+    `spark` may be None when there are none: a run that found nothing to do starts no JVM)."""
     bronze = log_stats(settings, BRONZE.name, max_of=("event_time",))
     quarantine = log_stats(settings, QUARANTINE.name)
     reasons = {}
@@ -63,16 +66,18 @@ class RecentWindows:
     newest_closed_end: datetime | None
 
 
-def recent_windows(spark: SparkSession, settings: Settings, batch_ids: list[int],
+def recent_windows(spark: SparkSession | None, settings: Settings, batch_ids: list[int],
                    watermark: datetime | None) -> RecentWindows:
     """One pass over the files that can hold an open window, a row of this run's batches, or a
     closed window newer than every file lying wholly below the watermark (the log's floor).
     The stream finalizes every window ending at or before the watermark, so the floor is itself
     a closed window's end when the query finds none newer."""
-    is_open = F.col("status") == OPEN
-    in_run = _in_run("batch_id", batch_ids) if batch_ids else F.lit(False)
     floor = (largest_file_max_at_most(settings, STREAMING.name, "window_end", watermark)
              if watermark else None)
+    if spark is None:
+        return _recent_windows_without_spark(settings, batch_ids, floor)
+    is_open = F.col("status") == OPEN
+    in_run = _in_run("batch_id", batch_ids) if batch_ids else F.lit(False)
     closed = F.col("status") == FINAL
     # Window ends lie on the window grid, so "after the floor" is ">= floor + one window". Not
     # "> floor": Delta widens timestamp maxima by 1 ms (its stats are in milliseconds), so that
@@ -95,9 +100,36 @@ def recent_windows(spark: SparkSession, settings: Settings, batch_ids: list[int]
     return RecentWindows(row.open, row.touched, row.closed, newest)
 
 
-def streaming_summary(spark: SparkSession, settings: Settings, batch_ids: list[int]) -> dict:
+def _recent_windows_without_spark(settings: Settings, batch_ids: list[int],
+                                  floor: datetime | None) -> RecentWindows:
+    """`recent_windows` through delta-rs' query engine (deletion vectors applied, files skipped
+    by their statistics as Spark does): what a run that starts no JVM reports."""
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    table = open_table(settings, STREAMING.name)
+    if table is None:
+        return RecentWindows(0, 0, 0, floor)
+    ids = ", ".join(str(int(b)) for b in batch_ids)
+    in_run = f"(batch_id >= {min(batch_ids)} AND batch_id IN ({ids}))" if batch_ids else "FALSE"
+    newer_closed = "status = 'final'" + (
+        f" AND window_end >= TIMESTAMP '{_iso(floor + settings.window_size)}'" if floor else "")
+    row = pa.table(QueryBuilder().register("t", table).execute(
+        f"SELECT count(CASE WHEN status = 'open' THEN 1 END) AS open, "
+        f"count(CASE WHEN {in_run} THEN 1 END) AS touched, "
+        f"count(CASE WHEN {in_run} AND status = 'final' THEN 1 END) AS closed, "
+        f"max(CASE WHEN {newer_closed} THEN window_end END) AS newest_closed "
+        f"FROM t WHERE status = 'open' OR {in_run} OR ({newer_closed})").read_all()).to_pylist()[0]
+    newest = row["newest_closed"]
+    return RecentWindows(row["open"], row["touched"], row["closed"],
+                         newest.astimezone(UTC) if newest is not None else floor)
+
+
+def streaming_summary(spark: SparkSession | None, settings: Settings,
+                      batch_ids: list[int]) -> dict:
     """Totals, plus what this run's batches (`batch_ids`) did, and freshness: now minus the
-    newest event time, and now minus the end of the newest closed window."""
+    newest event time, and now minus the end of the newest closed window. `spark` may be None
+    when `batch_ids` is empty (the open and closed windows then come through delta-rs)."""
     now = datetime.now(UTC)
     wm = stream_watermark(settings)
     windows = log_stats(settings, STREAMING.name)

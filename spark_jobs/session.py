@@ -34,8 +34,19 @@ def object_store_classpath(settings: Settings) -> dict[str, str]:
     return {k: ":".join(filter(None, [settings.spark_conf_overrides.get(k), *jars])) for k in keys}
 
 
-def spark_conf(settings: Settings) -> dict[str, str]:
-    """Spark configuration shared by every entry point (Dagster resource, service, bench)."""
+# A short-lived driver JVM (one Dagster run in a fresh process) compiles with C1 only: C2's
+# compiler threads otherwise compete with the run's own work for the 2 cores through most of a
+# run that ends before C2's code pays off (a reconcile_dates run of a 3,000-event date: 143 s
+# vs 71 s and 78 s vs 49 s, A/B back to back on a loaded machine, docs/performance-log.md
+# 2026-11-25). Long-lived JVMs (the service, the tests' sessions, the bench) keep C2: the test
+# suite took 24 instead of 19 minutes with C1 only (2026-11-23).
+SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+def spark_conf(settings: Settings, short_run: bool = False) -> dict[str, str]:
+    """Spark configuration shared by every entry point (Dagster resource, service, bench);
+    `short_run`: a JVM that lives for one run (`SHORT_RUN_JAVA_OPTIONS` for the driver)."""
+    driver_extra = SHORT_RUN_JAVA_OPTIONS if short_run else ""
     return {
         "spark.master": settings.spark_master,
         "spark.app.name": "eventtime-lakehouse",
@@ -81,16 +92,20 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         **settings.spark_conf_overrides,
         **object_store_classpath(settings),
         # JVMs stay in UTC whatever extra options are passed.
-        **{k: f"{settings.spark_conf_overrides.get(k, '')} -Duser.timezone=UTC".strip()
+        **{k: " ".join(filter(None, (settings.spark_conf_overrides.get(k, ""),
+                                     driver_extra if "driver" in k else "",
+                                     "-Duser.timezone=UTC")))
            for k in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")},
     }
 
 
-def get_spark(settings: Settings, extra: dict | None = None) -> SparkSession:
+def get_spark(settings: Settings, extra: dict | None = None,
+              short_run: bool = False) -> SparkSession:
     """Create (or return the running) session configured for `settings`, plus `extra` keys
-    (the Dagster resource's `spark_config`)."""
+    (the Dagster resource's `spark_config`); `short_run`: see `spark_conf` (it only matters
+    when this call starts the JVM)."""
     builder = SparkSession.builder
-    for key, value in {**spark_conf(settings), **(extra or {})}.items():
+    for key, value in {**spark_conf(settings, short_run), **(extra or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -47,7 +47,7 @@ from lakehouse.catalog import BRONZE, INGEST_QUERY, LATE, OPEN, QUARANTINE, SKIP
 from lakehouse.commit_tags import StreamCommit, batch_of, batch_tag, newest_stream_commit
 from lakehouse.kafka_admin import topic_id, topic_offsets
 from lakehouse.locks import Fence, checkpoint_lock
-from lakehouse.progress_reports import as_dict
+from lakehouse.progress_reports import BatchReport, as_dict
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.progress import record_progress
@@ -535,8 +535,38 @@ def run_available_now(spark: SparkSession, settings: Settings) -> list[dict]:
                         raise
         finally:
             recent.clear()
-    record_progress(spark, settings, INGEST_QUERY, progresses, topic_offsets(settings))
+    # Only batches that ran: an idle trigger's report (no new records) is no batch, and as the
+    # idempotent append's txnVersion it would take the id of the next real batch, whose row
+    # would then never be written. A catch-up that ran none records nothing.
+    executed = [p for p in progresses if BatchReport.of(p).executed]
+    if executed:
+        record_progress(spark, settings, INGEST_QUERY, executed, topic_offsets(settings))
     return progresses
+
+
+def caught_up(settings: Settings) -> bool:
+    """True when a catch-up would find nothing to do, decided without Spark (checkpoint files,
+    the topic's offsets and id): the checkpoint's last batch committed, its end offsets are
+    the topic's end offsets on every partition, and the topic is the one bronze was ingested
+    from. Anything else (a new or lost checkpoint, a batch to re-run, new records, retention
+    past the position, a replaced topic) is left to `run_available_now`, which handles it.
+    Taken under the checkpoint's lock, like a run: it fails the same way while a runner holds
+    it."""
+    checkpoint = settings.checkpoint_path(INGEST_QUERY)
+    with checkpoint_lock(settings, INGEST_QUERY):
+        started = ckpt.batch_ids(None, checkpoint, "offsets")
+        if not started or ckpt.last_committed_batch(None, checkpoint) != started[-1]:
+            return False
+        position = ckpt.committed_position(None, checkpoint, settings.events_topic)
+        offsets = topic_offsets(settings)
+        if not position or not offsets or any(
+                position.get(o.partition, 0) != o.latest or o.earliest > o.latest
+                for o in offsets):
+            return False
+        newest = newest_stream_commit(settings)
+        current = topic_id(settings)
+        return current is not None and (newest is None or not newest.topic_id
+                                        or newest.topic_id == current)
 
 
 def catch_up(spark: SparkSession, settings: Settings) -> dict[str, list[dict]]:

@@ -80,6 +80,9 @@ def test_run_metadata_reads_only_the_runs_rows_and_the_log(spark, tmp_path):
     recent = recent_windows(spark, settings, [7, 8], watermark)
     assert (recent.open, recent.touched, recent.closed) == (2, 3, 1)
     assert recent.newest_closed_end == start + timedelta(minutes=1)
+    # Without Spark (a run that found nothing to do): delta-rs skips the same files.
+    assert recent_windows(None, settings, [7, 8], watermark) == recent
+    assert recent_windows(None, settings, [], watermark).open == 2
     assert log_stats(settings, STREAMING.name).rows == 8
     assert log_stats(settings, LATE.name).rows == 3
 
@@ -89,6 +92,7 @@ def test_run_metadata_reads_only_the_runs_rows_and_the_log(spark, tmp_path):
     assert log_stats(settings, STREAMING.name).rows == 7
     recent = recent_windows(spark, settings, [7, 8], watermark)
     assert recent.open == 1
+    assert recent_windows(None, settings, [7, 8], watermark) == recent
     # The rewritten file now lies wholly below the watermark: the newest closed window is its
     # maximum, from the log (the floor), not a row the query returned.
     assert recent.newest_closed_end == start + timedelta(minutes=1)

@@ -12,7 +12,7 @@ from lakehouse import delta_log
 from lakehouse.catalog import CORRECTIONS_STATE, RECONCILED
 from lakehouse.commit_tags import PIPELINE_TAG
 from lakehouse.settings import Settings
-from lakehouse.state_rows import latest_row
+from lakehouse.state_rows import append_row, latest_row
 from spark_jobs.tables import read_changes, read_table
 
 
@@ -31,6 +31,11 @@ def gold_bronze_version(settings: Settings, d: date) -> int | None:
 
 def save_state(spark: SparkSession, settings: Settings, d: date, bronze_version: int,
                reconciled_version: int, mode: str, run_id: str) -> None:
+    if append_row(settings, CORRECTIONS_STATE.name, {
+            "event_date": d, "bronze_version": bronze_version,
+            "reconciled_version": reconciled_version, "mode": mode, "run_id": run_id,
+            "updated_at": datetime.now(UTC)}):
+        return
     row = spark.createDataFrame(
         [(d, bronze_version, reconciled_version, mode, run_id, datetime.now(UTC))],
         read_table(spark, settings, CORRECTIONS_STATE).schema,
