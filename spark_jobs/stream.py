@@ -57,6 +57,8 @@ from transforms.ingest import counted_events, fold_into_open, late_projection, n
 from transforms.parse import classify, quarantine_projection, valid_columns
 from transforms.windows import aggregate_windows
 
+# How Spark says a locally checkpointed block is gone (its executor died).
+LOST_BLOCK = "Checkpoint block"
 REPLACE_WHERE_CHECK = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
 
 
@@ -439,8 +441,8 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
             from_index = earlier is not None and previous is not None and query.recent.keep
             try:
                 publish(earlier)
-            except Exception:
-                if not from_index:
+            except Exception as exc:
+                if not from_index or LOST_BLOCK not in str(exc):
                     raise
                 # A lost block of the index (an executor gone): once more, from bronze. The
                 # publication is one commit, found by its tag should it have landed.
