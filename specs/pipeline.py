@@ -232,8 +232,6 @@ def _explain(exc: ValidationError, where: str) -> str:
             keyed = part in ("options", "secret_env")
         cause = err.get("ctx", {}).get("error")
         msg = str(cause) if isinstance(cause, Exception) else err["msg"]
-        if msg.startswith("must ") and isinstance(err.get("input"), str):
-            msg = f"{err['input']!r} {msg}"  # the settings' rules read on from the value
         if not loc and err["loc"] == ("source",):
             loc = "topic"  # the flat YAML's required key
         lines.append(f"{where}: {loc}: {msg}" if loc else f"{where}: {msg}")
