@@ -204,9 +204,10 @@ class EventShape(BaseModel):
         for i, d in enumerate(self.dimensions):
             if d.name in images:
                 side, m = images[d.name]
-                raise ValueError(f"dimensions[{i}]: {d.name!r} is the name of measure column "
-                                 f"{m!r}'s {side} image (late_corrections' before_/after_, the "
-                                 "proofs' streaming_/reconciled_/replay_): choose another name")
+                raise ValueError(f"dimensions[{i}]: {d.name!r} is the {side} image of measure "
+                                 f"column {m} (late_corrections' before_/after_ columns, the "
+                                 "proofs' streaming_/reconciled_/replay_ ones): choose another "
+                                 "name")
         for i, m in enumerate(self.measures):
             if m.column_prefix in RESERVED_MEASURE_NAMES and "sum" in m.aggregates:
                 raise ValueError(f"measures[{i}]: {m.column_prefix!r}: its sum's gap figure "
