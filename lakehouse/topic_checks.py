@@ -40,7 +40,7 @@ def retention_shortfall(settings: Settings, retention_ms: int | None) -> str | N
     if retention_ms is None or retention_ms < 0 or retention_ms >= need_ms:
         return None
     horizon = ("CORRECTION_HORIZON" if settings.pipeline == "default"
-               else f"pipeline {settings.pipeline!r}'s window.correction_horizon")
+               else f"window.correction_horizon of pipeline {settings.pipeline!r}")
     topic = settings.events_topic
     return (f"topic {topic!r} keeps records for retention.ms={retention_ms} "
             f"({timedelta(milliseconds=retention_ms)}), less than the correction horizon "
