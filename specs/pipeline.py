@@ -5,7 +5,9 @@ the event time and the forms it accepts, the group-by dimensions, the decimal me
 window, watermark delay and correction horizon. It is validated before anything runs: an error
 names the file and the field (`orders.yaml: measures[0].field: 'amout' is not a declared
 field`), and a deployment's pipelines are checked side by side (names, table folders and asset
-prefixes are each their own). Pure Python (pydantic + YAML): no Spark, no Dagster.
+prefixes are each their own), by one function for every entry point (`deployment_specs`: the
+code location's PIPELINES, `make demo` and `make stream` with PIPELINE). Its durations follow the
+settings' rules. Pure Python (pydantic + YAML): no Spark, no Dagster.
 """
 
 from __future__ import annotations
