@@ -194,8 +194,11 @@ def _servers(text: str) -> str:
     return text
 
 
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's rule (also a spec's `topic`)
+
+
 def _topic(text: str) -> str:
-    if not re.match(r"^[A-Za-z0-9._-]{1,249}$", text):
+    if not TOPIC_NAME.match(text):
         raise ValueError("is not a valid Kafka topic name")
     return text
 

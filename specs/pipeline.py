@@ -33,6 +33,7 @@ from pydantic import (
 
 from lakehouse.catalog import ALL_TABLES
 from lakehouse.settings import (
+    TOPIC_NAME,
     Duration,
     Settings,
     SettingsError,
@@ -70,7 +71,7 @@ SpecWindowSize = Annotated[WindowSize, BeforeValidator(_duration)]
 
 
 def _topic(value: Any) -> Any:
-    if isinstance(value, str) and not re.match(r"^[A-Za-z0-9._-]{1,249}$", value):
+    if isinstance(value, str) and not TOPIC_NAME.match(value):
         raise ValueError(f"{value!r} is not a Kafka topic name: 1-249 letters, digits, '.', '_' "
                          "or '-'")
     return value
