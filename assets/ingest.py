@@ -47,11 +47,15 @@ def ingest_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
 
     @dg.asset(key=p.key("raw_events"), group_name=p.group("ingest"), kinds={"kafka"},
               description="The Kafka topic of business events (LogAppendTime): offsets and lag.")
-    def raw_events(kafka: KafkaResource) -> dg.MaterializeResult:
+    def raw_events(context: dg.AssetExecutionContext,
+                   kafka: KafkaResource) -> dg.MaterializeResult:
         """Creates the topic when missing; the sensor `topic_observation_sensor` keeps observing
-        it."""
+        it. A retention too short for the correction horizon is a warning (and metadata)."""
         created = kafka.ensure_topic(p.name)
-        return dg.MaterializeResult(metadata={"created": created, **topic_metadata(kafka, p.name)})
+        metadata = topic_metadata(kafka, p.name)
+        if "retention_warning" in metadata:
+            context.log.warning(metadata["retention_warning"])
+        return dg.MaterializeResult(metadata={"created": created, **metadata})
 
     bronze, aggregates = p.key("bronze_events"), p.key("streaming_aggregates")
 

@@ -26,13 +26,10 @@ from pydantic import Field, PrivateAttr, field_validator
 from pyspark.sql import SparkSession
 
 from lakehouse.kafka_admin import ensure_topic
-from lakehouse.settings import Settings, SettingsError
+from lakehouse.settings import Settings, SettingsError, is_credential
 from lakehouse.topic_status import TopicStatus, topic_status
 from specs.pipeline import DEFAULT_PIPELINE, PipelineSpec, SpecError, pipeline_specs
 
-# Credentials among the Kafka options: they belong to the environment's brokers.
-_CREDENTIALS = ("sasl.password", "sasl.jaas.config", "ssl.key.password",
-                "ssl.keystore.password", "ssl.truststore.password", "sasl.oauthbearer")
 
 class LakehouseResource(ConfigurableResource):
     """The typed settings (env vars, docs/design.md §9); fields here override them (tests, UI).
@@ -79,7 +76,7 @@ def _own_brokers(settings: Settings) -> Settings:
     """`settings`, unless a run override sends their Kafka credentials (the environment's, or a
     spec's secret_env) to other brokers than the environment's."""
     if (settings.kafka_bootstrap_servers != Settings.from_env().kafka_bootstrap_servers
-            and any(k.startswith(_CREDENTIALS) for k in settings.kafka_options)):
+            and any(is_credential(k) for k in settings.kafka_options)):
         raise SettingsError(
             "kafka_bootstrap_servers may not be overridden per run while Kafka credentials "
             "are configured (KAFKA_SASL_*/KAFKA_SSL_*, a pipeline spec's secret_env): they "
@@ -119,7 +116,10 @@ class SparkResource(LazyPySparkResource):
     """dagster-pyspark's lazy session resource, configured from the settings: the session starts
     on first use (runs that need no Spark start no JVM) and, with the in-process executor, every
     step of a run shares it. `spark_config` (shown and editable in the launchpad) is applied on
-    top of the settings' configuration: executor memory, credentials, any `spark.*` key."""
+    top of the settings' configuration, for sizes and parallelism only (`SPARK_CONFIG_ALLOWED`:
+    executor and driver memory and cores, shuffle partitions, adaptive execution); class paths,
+    jars, Java options, the catalog and credentials come from the deployment's SPARK_CONF_*
+    environment only."""
 
     lakehouse: LakehouseResource
     spark_config: dict[str, Any] = Field(

@@ -32,6 +32,8 @@ from pyspark.sql import functions as F  # noqa: E402
 from lakehouse.settings import Settings, utc  # noqa: E402
 from lakehouse.shape import DEFAULT_SHAPE, EventShape  # noqa: E402
 
+WINDOW = "_window"  # the window as UTC text, in the comparison and its Data Docs
+
 MAX_EVIDENCE_ROWS = 20
 
 
@@ -40,7 +42,7 @@ def detailed(shape: EventShape) -> dict:
     with their window and dimensions, not only pass/fail (BOOLEAN_ONLY, about half the Spark
     jobs, for the first run)."""
     return {"result_format": "COMPLETE",
-            "unexpected_index_column_names": ["window", *shape.dimension_names]}
+            "unexpected_index_column_names": [WINDOW, *shape.dimension_names]}
 
 
 def data_docs_dir(settings: Settings) -> Path:
@@ -55,9 +57,10 @@ def data_docs_dir(settings: Settings) -> Path:
 
 def comparison_frame(left: DataFrame, right: DataFrame, left_name: str, right_name: str,
                      shape: EventShape = DEFAULT_SHAPE):
-    """Full outer join on (window_start, dimensions): the window (also as UTC text, `window`),
+    """Full outer join on (window_start, dimensions): the window (also as UTC text, `_window`),
     and each side's measures as `<side>_<measure>` (null where the window is not on that
-    side)."""
+    side). Working columns start with _ (a spec's column names start with a letter), and no
+    dimension is a measure's `<side>_` image (`lakehouse.shape.IMAGE_PREFIXES`)."""
     l_, r_ = left.alias("l"), right.alias("r")
     joined = l_.join(r_, [F.col(f"l.{k}") == F.col(f"r.{k}") for k in shape.window_id],
                      "full_outer")
@@ -66,7 +69,7 @@ def comparison_frame(left: DataFrame, right: DataFrame, left_name: str, right_na
         start.alias("window_start"),
         # The window as UTC text (the session's time zone), for the Data Docs: a collected
         # timestamp would be shown in the host's zone.
-        F.date_format(start, "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("window"),
+        F.date_format(start, "yyyy-MM-dd'T'HH:mm:ss'Z'").alias(WINDOW),
         *[F.coalesce(f"l.{d}", f"r.{d}").alias(d) for d in shape.dimension_names],
         *[F.col(f"l.{m}").alias(f"{left_name}_{m}") for m in shape.measure_columns],
         *[F.col(f"r.{m}").alias(f"{right_name}_{m}") for m in shape.measure_columns],
@@ -230,15 +233,15 @@ def fast_path_gap(streaming: DataFrame, replay: DataFrame, late: DataFrame, d: d
     the watermark cost. A differing window is explained when the late lane recorded events in
     it, or when the fast path still has it open."""
     keys = list(shape.window_id)
-    status = streaming.select(*keys, F.col("status").alias("fast_path_status"))
-    late_windows = late.select(*keys).distinct().withColumn("has_late", F.lit(True))
+    status = streaming.select(*keys, F.col("status").alias("_fast_path_status"))
+    late_windows = late.select(*keys).distinct().withColumn("_has_late", F.lit(True))
     frame = (
         comparison_frame(streaming, replay, "streaming", "replay", shape)
         .join(status, keys, "left")
         .join(late_windows, keys, "left")
     )
     differs_ = differs("streaming", "replay", shape)
-    explained = F.col("has_late").isNotNull() | (F.col("fast_path_status") == "open")
+    explained = F.col("_has_late").isNotNull() | (F.col("_fast_path_status") == "open")
 
     def total(col: str) -> F.Column:
         return F.coalesce(F.sum(F.coalesce(F.col(col), F.lit(0))), F.lit(0))

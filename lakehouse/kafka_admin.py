@@ -13,14 +13,20 @@ from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPar
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from lakehouse.settings import Settings
-from lakehouse.topic_checks import require_log_append_time
+from lakehouse.topic_checks import created_retention, require_log_append_time
 
 TOPIC_CONFIG = {
     # The broker stamps each record with its append time: monotonic per partition, so a replay
     # can find "everything ingested between T1 and T2" with offsets-for-times (docs/design.md §3).
     "message.timestamp.type": "LogAppendTime",
-    "retention.ms": str(14 * 24 * 3600 * 1000),
 }
+
+
+def topic_config(settings: Settings) -> dict[str, str]:
+    """A new topic's configuration: LogAppendTime, and a retention above the correction
+    horizon (`topic_checks.created_retention`)."""
+    retention = created_retention(settings)
+    return {**TOPIC_CONFIG, "retention.ms": str(int(retention.total_seconds() * 1000))}
 
 
 _ADMINS: dict[tuple, AdminClient] = {}
@@ -116,7 +122,7 @@ def ensure_topic(
     durability = {"min.insync.replicas": str(min(2, replicas - 1))} if replicas >= 3 else {}
     futures = client.create_topics([NewTopic(
         topic, partitions or settings.topic_partitions, replicas,
-        config={**TOPIC_CONFIG, **durability, **(config or {})})])
+        config={**topic_config(settings), **durability, **(config or {})})])
     try:
         futures[topic].result(timeout)
     except KafkaException as exc:

@@ -57,6 +57,16 @@ _JAVA_ONLY = {"sasl.jaas.config"}
 _RDKAFKA_ONLY = {"sasl.username", "sasl.password"}
 # Read by Spark's consumer only (the project's own offset reads ask for committed offsets).
 _SPARK_ONLY = {"isolation.level"}
+# The Kafka client options that hold credentials (a password, a JAAS line, a private key, an
+# OAuth secret, token or config): the one list. A spec may not hold them inline (its secret_env
+# names their variables), and a run may not send them to other brokers (assets.resources).
+_CREDENTIAL_OPTION = re.compile(r"password|jaas|secret|token|oauthbearer\.config|key\.pem|\.key$",
+                                re.I)
+
+
+def is_credential(option: str) -> bool:
+    """Whether Kafka client option `option` (`sasl.password`, `ssl.key.pem`...) holds a credential."""
+    return bool(_CREDENTIAL_OPTION.search(option))
 
 
 class SettingsError(ValueError):
@@ -162,6 +172,16 @@ def _divides_a_day(td: timedelta) -> timedelta:
     return td
 
 
+def check_horizon(watermark_delay: timedelta, correction_horizon: timedelta,
+                  delay_name: str = "WATERMARK_DELAY",
+                  horizon_name: str = "CORRECTION_HORIZON") -> None:
+    """The correction horizon is at least the watermark delay (a late event is one the stream
+    left to the corrections, which must still take it)."""
+    if correction_horizon < watermark_delay:
+        raise ValueError(f"{horizon_name} ({correction_horizon}) must be at least {delay_name} "
+                         f"({watermark_delay})")
+
+
 def _cron(text: str) -> str:
     if len(text.split()) != 5:
         raise ValueError("must be a 5-field cron expression (UTC)")
@@ -174,8 +194,11 @@ def _servers(text: str) -> str:
     return text
 
 
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's rule (also a spec's `topic`)
+
+
 def _topic(text: str) -> str:
-    if not re.match(r"^[A-Za-z0-9._-]{1,249}$", text):
+    if not TOPIC_NAME.match(text):
         raise ValueError("is not a valid Kafka topic name")
     return text
 
@@ -190,7 +213,10 @@ def _iso_date(value: Any) -> Any:
 
 
 IsoDate = Annotated[date, BeforeValidator(_iso_date)]
+# The rules of a duration and of a window size, for the environment's settings and a pipeline
+# spec's `window` alike.
 Duration = Annotated[timedelta, BeforeValidator(_duration), AfterValidator(_positive)]
+WindowSize = Annotated[Duration, AfterValidator(_divides_a_day)]
 Cron = Annotated[str, AfterValidator(_cron)]
 PositiveInt = Annotated[int, Field(gt=0)]
 
@@ -213,7 +239,7 @@ class Settings(BaseSettings):
     events_topic: Annotated[str, AfterValidator(_topic)] = _env("EVENTS_TOPIC", "events")
     # A local path or a URI (file://, s3a://bucket/prefix, abfss://, gs://): lakehouse.storage.
     lakehouse_root: str = _env("LAKEHOUSE_ROOT", "./.lakehouse")
-    window_size: Annotated[Duration, AfterValidator(_divides_a_day)] = _env(
+    window_size: WindowSize = _env(
         "WINDOW_SIZE", timedelta(minutes=1))
     watermark_delay: Duration = _env("WATERMARK_DELAY", timedelta(seconds=30))
     correction_horizon: Duration = _env("CORRECTION_HORIZON", timedelta(days=7))
@@ -267,9 +293,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
-        if self.correction_horizon < self.watermark_delay:
-            raise ValueError(f"CORRECTION_HORIZON ({self.correction_horizon}) must be at least "
-                             f"WATERMARK_DELAY ({self.watermark_delay})")
+        check_horizon(self.watermark_delay, self.correction_horizon)
         if self.partitions_start is not None and self.partitions_start < self.partitions_start_date:
             raise ValueError(f"PARTITIONS_START={self.partitions_start} is before "
                              f"LAKEHOUSE_START_DATE={self.partitions_start_date}: no event "

@@ -16,16 +16,29 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
-# Columns every aggregate table has besides a pipeline's dimensions and measures.
+# Columns the tables that hold a pipeline's dimensions or measure fields already have (bronze,
+# the late lane, the aggregates, the changelog), and those of `quarantined_events`, which the
+# classification carries beside them.
 RESERVED_COLUMNS = frozenset({
     "event_date", "window_start", "window_end", "event_count", "event_fingerprint", "status",
     "watermark", "batch_id", "updated_at", "bronze_version", "revision", "replayed_at", "cause",
     "corrected_at", "run_id", "event_id", "event_time", "payload_event_time", "attributes",
     "record_key", "topic", "partition", "offset", "kafka_timestamp", "ingested_at",
     "bronze_batch_id", "lateness_ms", "batch_watermark", "recorded_at",
+    "reason", "detail", "value_bytes", "raw_key", "raw_value", "quarantine_date",
 })
 # Names whose reason codes would read as a record-level one (`invalid_json`, `invalid_utf8`).
 RESERVED_NAMES = frozenset({"json", "utf8"})
+# Images of a measure column `m` beside the dimensions: `before_m`/`after_m` in the changelog,
+# `streaming_m`/`reconciled_m`/`replay_m` in the proofs' comparisons (expectations).
+IMAGE_PREFIXES = ("before", "after", "streaming", "reconciled", "replay")
+# A measure's sum is reported with what the watermark cost it, `<name>_missed`, beside the
+# count's `events_missed` (the fast path's gap): no measure may be named `events`.
+RESERVED_MEASURE_NAMES = frozenset({"events"})
+# Scale at most 24: a value is then below 10^(24-s) (`value_bound`), so a sum of 10^14 of them
+# is below 10^(38-s) and fits the sum's decimal(38,s).
+MAX_SCALE = 24
+SUMMED_EVENTS_EXPONENT = 14
 DIMENSION_TYPES = {"string": "STRING", "int": "INT", "long": "BIGINT", "date": "DATE"}
 SCALAR_TYPES = (*DIMENSION_TYPES, "timestamp")
 TIME_FORMS = ("iso8601", "epoch_seconds", "epoch_millis")
@@ -48,9 +61,11 @@ def _field_type(text: str) -> str:
     if t in SCALAR_TYPES:
         return t
     m = _DECIMAL.match(t)
-    if not m or not 1 <= int(m.group(1)) <= 38 or int(m.group(2)) > int(m.group(1)):
+    if not m or not 1 <= int(m.group(1)) <= 38 or int(m.group(2)) > min(int(m.group(1)),
+                                                                         MAX_SCALE):
         raise ValueError(f"type {text!r}: one of {', '.join(SCALAR_TYPES)} or decimal(p,s) "
-                         "with precision 1-38 and scale <= precision")
+                         f"with precision 1-38 and scale <= precision, at most {MAX_SCALE} (so "
+                         f"that sums of 10^{SUMMED_EVENTS_EXPONENT} events fit decimal(38,s))")
     return f"decimal({m.group(1)},{m.group(2)})"
 
 
@@ -61,6 +76,14 @@ def precision_scale(field_type: str) -> tuple[int, int]:
     """(p, s) of a validated `decimal(p,s)` field type."""
     m = _DECIMAL.match(field_type)
     return int(m.group(1)), int(m.group(2))
+
+
+def bound_exponent(field_type: str) -> int:
+    """A measure field's values are below 10^e in magnitude, e = min(p-s, 24-s) (>= 0 for
+    every accepted type): what decimal(p,s) holds, and small enough that the sum of 10^14 of
+    them fits the sum's decimal(38,s)."""
+    p, s = precision_scale(field_type)
+    return min(p - s, 38 - SUMMED_EVENTS_EXPONENT - s)
 
 
 class Dimension(BaseModel):
@@ -163,6 +186,10 @@ class EventShape(BaseModel):
                                 for i, f in enumerate(self.measure_fields)),
                               *((f"measures[{i}]", c) for i, m in enumerate(self.measures)
                                 for c, _ in self.measure_columns_of(m))]:
+            if column.startswith("_"):
+                raise ValueError(f"{where}: {column!r}: a column name starts with a letter "
+                                 "(names starting with _ are the pipeline's own working "
+                                 "columns and Delta's, such as _commit_version)")
             if column in RESERVED_NAMES:
                 raise ValueError(f"{where}: {column!r} would give reason codes that read as the "
                                  f"record's (invalid_{column}): choose another name")
@@ -172,6 +199,20 @@ class EventShape(BaseModel):
                 raise ValueError(f"{where}: column {column!r} is declared twice "
                                  f"(also by {seen[column]})")
             seen[column] = where
+        images = {f"{side}_{m}": (side, m) for side in IMAGE_PREFIXES
+                  for m in self.measure_columns}
+        for i, d in enumerate(self.dimensions):
+            if d.name in images:
+                side, m = images[d.name]
+                raise ValueError(f"dimensions[{i}]: {d.name!r} is the {side} image of measure "
+                                 f"column {m} (late_corrections' before_/after_ columns, the "
+                                 "proofs' streaming_/reconciled_/replay_ ones): choose another "
+                                 "name")
+        for i, m in enumerate(self.measures):
+            if m.column_prefix in RESERVED_MEASURE_NAMES and "sum" in m.aggregates:
+                raise ValueError(f"measures[{i}]: {m.column_prefix!r}: its sum's gap figure "
+                                 f"would be {m.column_prefix}_missed, the count's: set another "
+                                 "name")
         return self
 
     def columns_of(self, aggregate: str) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ import pyarrow as pa
 from lakehouse.delta_log import open_table
 from lakehouse.kafka_admin import admin, consumer_lag, offsets_for_time, topic_offsets
 from lakehouse.settings import Settings
+from lakehouse.topic_checks import retention_shortfall
 
 RATE_WINDOW = timedelta(minutes=1)
 
@@ -23,6 +24,8 @@ class TopicStatus:
     topic: str
     partitions: list[dict] = field(default_factory=list)  # partition, earliest, latest, processed, lag
     retention_ms: int | None = None
+    # Set when the retention is shorter than the pipeline needs (`topic_checks.retention_shortfall`).
+    retention_warning: str | None = None
     records_per_second: float = 0.0
     last_batch_at: datetime | None = None
 
@@ -88,4 +91,5 @@ def topic_status(settings: Settings, now: datetime | None = None) -> TopicStatus
     appended = sum(p.latest - since.get(p.partition, p.latest) for p in offsets)
     status.records_per_second = round(appended / RATE_WINDOW.total_seconds(), 2)
     status.retention_ms = retention_ms(settings)
+    status.retention_warning = retention_shortfall(settings, status.retention_ms)
     return status

@@ -30,6 +30,8 @@ from lakehouse.kafka_admin import PartitionOffsets, ensure_topic, topic_offsets
 from lakehouse.locks import CheckpointBusy, Fence, WriterLockLost, checkpoint_lock
 from lakehouse.progress_reports import BatchReport, as_dict
 from lakehouse.settings import Settings, SettingsError, spark_interval
+from lakehouse.topic_checks import retention_shortfall
+from lakehouse.topic_status import retention_ms
 from service.metrics import serving
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import RecentIds
@@ -65,6 +67,8 @@ def lost_lock(exc: BaseException | None) -> bool:
 def serve(settings: Settings, stop: threading.Event) -> int:
     interval = spark_interval(settings.stream_trigger_interval)
     ensure_topic(settings)
+    if warning := retention_shortfall(settings, retention_ms(settings)):
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     spark = get_spark(settings)
     recent = RecentIds()  # the dedup's in-memory index, kept across restarts of the query
 

@@ -5,7 +5,9 @@ the event time and the forms it accepts, the group-by dimensions, the decimal me
 window, watermark delay and correction horizon. It is validated before anything runs: an error
 names the file and the field (`orders.yaml: measures[0].field: 'amout' is not a declared
 field`), and a deployment's pipelines are checked side by side (names, table folders and asset
-prefixes are each their own). Pure Python (pydantic + YAML): no Spark, no Dagster.
+prefixes are each their own), by one function for every entry point (`deployment_specs`: the
+code location's PIPELINES, `make demo` and `make stream` with PIPELINE). Its durations follow the
+settings' rules. Pure Python (pydantic + YAML): no Spark, no Dagster.
 """
 
 from __future__ import annotations
@@ -19,16 +21,27 @@ from typing import Annotated, Any
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     Field,
     SecretStr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
 from lakehouse.catalog import ALL_TABLES
-from lakehouse.settings import Settings, SettingsError, parse_duration
+from lakehouse.settings import (
+    TOPIC_NAME,
+    Duration,
+    Settings,
+    SettingsError,
+    WindowSize,
+    check_horizon,
+    is_credential,
+    parse_duration,
+)
 from lakehouse.shape import DEFAULT_SHAPE, IDENT, STRICT, EventShape, Identifier
 
 
@@ -39,7 +52,6 @@ class SpecError(SettingsError):
 # Folders the default pipeline keeps at the root (its tables, checkpoints, reports and local
 # locks): no other pipeline's folder may take them.
 ROOT_FOLDERS = frozenset({*(t.name for t in ALL_TABLES), "_checkpoints", "reports", "_locks"})
-_SECRET_OPTION = re.compile(r"password|jaas|secret|token|key\.pem|\.key$", re.I)
 
 
 def _duration(value: Any) -> Any:
@@ -52,7 +64,24 @@ def _duration(value: Any) -> Any:
     return value
 
 
-Duration = Annotated[timedelta, BeforeValidator(_duration)]
+# A spec's durations follow the settings' rules (`lakehouse.settings`: positive; a window size
+# divides a day), read from the spec's text with a message that quotes it.
+SpecDuration = Annotated[Duration, BeforeValidator(_duration)]
+SpecWindowSize = Annotated[WindowSize, BeforeValidator(_duration)]
+
+
+def _topic(value: Any) -> Any:
+    if isinstance(value, str) and not TOPIC_NAME.match(value):
+        raise ValueError(f"{value!r} is not a Kafka topic name: 1-249 letters, digits, '.', '_' "
+                         "or '-'")
+    return value
+
+
+def _variable(value: Any) -> Any:
+    if isinstance(value, str) and not re.match(r"^[A-Z_][A-Z0-9_]*$", value):
+        raise ValueError(f"{value!r} is not an environment variable's name: upper-case letters, "
+                         "digits and _ (ORDERS_SASL_PASSWORD)")
+    return value
 
 
 class KafkaSource(BaseModel):
@@ -60,38 +89,61 @@ class KafkaSource(BaseModel):
     option to the environment variable that holds it (`sasl.password: ORDERS_SASL_PASSWORD`)."""
 
     model_config = STRICT
-    topic: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+    topic: Annotated[str, AfterValidator(_topic)]
     options: dict[str, str] = Field(default_factory=dict)
-    secret_env: dict[str, Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")]] = Field(
+    secret_env: dict[str, Annotated[str, AfterValidator(_variable)]] = Field(
         default_factory=dict)
 
-    @model_validator(mode="after")
-    def _no_secrets_inline(self) -> KafkaSource:
-        for name in self.options:
-            if _SECRET_OPTION.search(name):
-                raise ValueError(f"options[{name!r}] holds a credential: name the environment "
-                                 f"variable that holds it in secret_env instead")
-        return self
+    @field_validator("options", mode="before")
+    @classmethod
+    def _options(cls, value: Any) -> Any:
+        """Options as the clients take them, text: YAML's unquoted numbers and booleans are
+        theirs (`fetch.min.bytes: 1024`, `enable.auto.commit: false`). Credentials are refused."""
+        if not isinstance(value, Mapping):
+            return value
+        out = {}
+        for name, v in value.items():
+            if is_credential(str(name)):
+                raise ValueError(f"{name!r} holds a credential: name the environment variable "
+                                 f"that holds it in secret_env instead ({name}: ORDERS_SECRET)")
+            if isinstance(v, bool):
+                v = str(v).lower()
+            elif isinstance(v, int | float):
+                v = str(v)
+            elif not isinstance(v, str):
+                raise ValueError(f"{name!r}: {v!r} is not an option value: write a string, a "
+                                 "number or true/false")
+            out[name] = v
+        return out
 
 
 class Windows(BaseModel):
     model_config = STRICT
-    size: Duration = timedelta(minutes=1)
-    watermark_delay: Duration = timedelta(seconds=30)
-    correction_horizon: Duration = timedelta(days=7)
+    size: SpecWindowSize = timedelta(minutes=1)
+    watermark_delay: SpecDuration = timedelta(seconds=30)
+    correction_horizon: SpecDuration = timedelta(days=7)
 
     @model_validator(mode="after")
     def _consistent(self) -> Windows:
-        ms = int(self.size.total_seconds() * 1000)
-        if ms <= 0 or (86_400_000 % ms):
-            raise ValueError(f"size {self.size}: a window must be positive and divide a day "
-                             "evenly (windows never straddle midnight)")
-        if self.watermark_delay < timedelta(0):
-            raise ValueError("watermark_delay: must not be negative")
-        if self.correction_horizon < self.watermark_delay:
-            raise ValueError(f"correction_horizon ({self.correction_horizon}) must be at least "
-                             f"watermark_delay ({self.watermark_delay})")
+        check_horizon(self.watermark_delay, self.correction_horizon, "watermark_delay",
+                      "correction_horizon")
         return self
+
+
+_CUT_DECIMAL = re.compile(r"^\s*decimal\s*\(\s*\d+\s*$", re.I)
+
+
+def _split_decimals(fields: Any) -> None:
+    """`{amount: decimal(10,2)}` is a YAML flow mapping, whose comma separates entries: YAML
+    reads `amount: decimal(10` and a field `2)`. Said as such, with the fix."""
+    if not isinstance(fields, Mapping):
+        return
+    for name, kind in fields.items():
+        if isinstance(kind, str) and _CUT_DECIMAL.match(kind):
+            raise ValueError(
+                f"fields.{name}: {kind!r} is a decimal type cut at its comma: in a YAML flow "
+                f"mapping ({{...}}) a comma separates entries; quote the type "
+                f"({name}: 'decimal(p,s)') or declare the fields one per line")
 
 
 class PipelineSpec(BaseModel):
@@ -119,6 +171,7 @@ class PipelineSpec(BaseModel):
                               for k, v in source.items()}
         shape = {k: data.pop(k) for k in ("fields", "event_id", "event_time", "dimensions",
                                           "measures") if k in data}
+        _split_decimals(shape.get("fields"))
         if shape:
             data["shape"] = shape
         if "window" in data:
@@ -171,12 +224,15 @@ _YAML_NAMES = {"source": None, "shape": None, "windows": "window", "options": "k
 def _explain(exc: ValidationError, where: str) -> str:
     lines = []
     for err in exc.errors(include_url=False):
-        loc = ""
+        loc, keyed = "", False
         for part in err["loc"]:
             if isinstance(part, int):
                 loc += f"[{part}]"
+            elif keyed:  # a client option's name, dotted itself: kafka_options['fetch.min.bytes']
+                loc += f"[{str(part)!r}]"
             elif (name := _YAML_NAMES.get(str(part), str(part))) is not None:
                 loc += ("." if loc else "") + name
+            keyed = part in ("options", "secret_env")
         cause = err.get("ctx", {}).get("error")
         msg = str(cause) if isinstance(cause, Exception) else err["msg"]
         if not loc and err["loc"] == ("source",):
@@ -218,28 +274,20 @@ def check_pipelines(specs: Iterable[PipelineSpec]) -> list[PipelineSpec]:
     return specs
 
 
-def selected_pipeline(env: Mapping[str, str] | None = None
-                      ) -> tuple[PipelineSpec | None, Settings]:
-    """The pipeline a process runs (`make stream`, `make demo`): the spec file PIPELINE names
-    and its settings, or (no PIPELINE) None and the default pipeline's settings."""
-    env = os.environ if env is None else env
-    base = Settings.from_env(env)
-    path = env.get("PIPELINE", "").strip()
-    if not path:
-        return None, base
-    spec = load_spec(path)
-    return spec, spec.settings(base, env)
-
-
 # The pipeline whose tables are LAKEHOUSE_ROOT itself (`Settings.pipeline`'s default).
 DEFAULT_PIPELINE = "default"
 
 
-def pipeline_specs(env: Mapping[str, str] | None = None) -> list[PipelineSpec]:
-    """The specs PIPELINES names (comma-separated YAML paths, relative to the working directory),
-    checked side by side with the default pipeline: a SpecError names the file and the field."""
-    env = os.environ if env is None else env
-    paths = [p.strip() for p in env.get("PIPELINES", "").split(",") if p.strip()]
+def _paths(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def deployment_specs(paths: Iterable[str], variable: str) -> list[PipelineSpec]:
+    """The one validation of a deployment's specs, for every entry point (the code location's
+    PIPELINES, `make demo` and `make stream` with PIPELINE): each file loaded and validated,
+    none named `default`, and all checked side by side with the default pipeline (names,
+    folders, prefixes). `variable` (`PIPELINES=...`) heads a side-by-side error."""
+    paths = list(paths)
     specs = [load_spec(path) for path in paths]
     for path, spec in zip(paths, specs, strict=True):
         if spec.name == DEFAULT_PIPELINE:
@@ -248,5 +296,33 @@ def pipeline_specs(env: Mapping[str, str] | None = None) -> list[PipelineSpec]:
     try:
         check_pipelines([parse_spec({"name": DEFAULT_PIPELINE, "topic": "events"}), *specs])
     except SpecError as exc:
-        raise SpecError(f"PIPELINES={env['PIPELINES']}: {exc}") from None
+        raise SpecError(f"{variable}: {exc}") from None
     return specs
+
+
+def pipeline_specs(env: Mapping[str, str] | None = None) -> list[PipelineSpec]:
+    """The specs PIPELINES names (comma-separated YAML paths, relative to the working directory):
+    the code location's pipelines beside the default one (`deployment_specs`)."""
+    env = os.environ if env is None else env
+    return deployment_specs(_paths(env.get("PIPELINES", "")),
+                            f"PIPELINES={env.get('PIPELINES', '')}")
+
+
+def selected_pipeline(env: Mapping[str, str] | None = None
+                      ) -> tuple[PipelineSpec | None, Settings]:
+    """The pipeline a process runs (`make stream`, `make demo`): the spec file PIPELINE names
+    and its settings, or (no PIPELINE) None and the default pipeline's settings. The spec is
+    validated as one of the deployment's, with those PIPELINES names (`deployment_specs`), before
+    the process does anything: what the code location would refuse, it refuses at start."""
+    env = os.environ if env is None else env
+    base = Settings.from_env(env)
+    path = env.get("PIPELINE", "").strip()
+    if not path:
+        return None, base
+    listed = _paths(env.get("PIPELINES", ""))
+    same = [i for i, p in enumerate(listed) if os.path.realpath(p) == os.path.realpath(path)]
+    paths = listed if same else [*listed, path]
+    specs = deployment_specs(paths, f"PIPELINE={path}" + (
+        f" with PIPELINES={env['PIPELINES']}" if listed else ""))
+    spec = specs[same[0] if same else -1]
+    return spec, spec.settings(base, env)

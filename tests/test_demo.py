@@ -131,6 +131,9 @@ def test_failed_step_prints_its_error_and_where_to_read_the_logs(tmp_path, kafka
     # A spec error stops the demo before any Spark session or run starts.
     ({"PIPELINE": "name: o\ntopic: o\nmeasures: [{field: amout}]\n"},
      "demo: error: {path}: measures[0].field: 'amout' is not a declared field"),
+    # So is a spec the code location would refuse beside the default pipeline.
+    ({"PIPELINE": "name: default\ntopic: o\n"},
+     "demo: error: {path}: name: 'default' is the pipeline of LAKEHOUSE_ROOT itself"),
 ])
 def test_bad_setting_is_one_error_line_and_exit_code_2(tmp_path, env, message):
     if "PIPELINE" in env:

@@ -66,6 +66,48 @@ def test_topic_config_is_read_through_the_shared_admin_client(kafka_bootstrap):
     assert retention_ms(settings) == 14 * 24 * 3600 * 1000
 
 
+def test_a_topics_retention_is_checked_against_the_correction_horizon(kafka_bootstrap):
+    """The pipeline needs records kept for the correction horizon plus a day: a topic it
+    creates keeps them 14 days or twice a longer horizon; a shorter retention is said in the
+    topic's status and the topic asset's metadata (and by `make stream` at start)."""
+    from types import SimpleNamespace
+
+    from assets.observe.topic import topic_metadata
+    from lakehouse.topic_checks import retention_shortfall
+    from lakehouse.topic_status import retention_ms, topic_status
+
+    day = 24 * 3600 * 1000
+
+    def settings_of(**env):
+        return Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+                                  "EVENTS_TOPIC": f"retention-{uuid.uuid4().hex[:10]}", **env})
+
+    long = settings_of(CORRECTION_HORIZON="10 days")
+    ensure_topic(long, partitions=1)
+    assert retention_ms(long) == 20 * day
+    assert topic_status(long).retention_warning is None
+
+    short = settings_of()  # the default horizon, 7 days, on a topic kept one day
+    ensure_topic(short, partitions=1, config={"retention.ms": str(day)})
+    status = topic_status(short)
+    assert status.retention_ms == day
+    assert status.retention_warning == retention_shortfall(short, day)
+    assert status.retention_warning.startswith(
+        f"topic {short.events_topic!r} keeps records for retention.ms={day} (1 day, 0:00:00), "
+        "less than the correction horizon (CORRECTION_HORIZON: 7 days, 0:00:00) plus a day")
+    assert status.retention_warning.endswith(
+        f"--entity-name {short.events_topic} --add-config retention.ms={8 * day}")
+    metadata = topic_metadata(SimpleNamespace(status=lambda _pipeline: status))
+    assert metadata["retention_covers_horizon"] is False
+    assert metadata["retention_warning"] == status.retention_warning
+
+    assert retention_shortfall(short, 8 * day) is None  # the horizon plus a day suffices
+    assert retention_shortfall(short, 8 * day - 1) is not None
+    assert retention_shortfall(short, -1) is None  # unlimited
+    spec = short.model_copy(update={"pipeline": "orders"})
+    assert "(window.correction_horizon of pipeline 'orders': 7 days" in retention_shortfall(spec, day)
+
+
 def tick() -> int:
     """The wall clock's next millisecond, once it has come."""
     start = int(time.time() * 1000)

@@ -226,3 +226,62 @@ def test_a_run_override_never_sends_a_specs_credentials_to_other_brokers(tmp_pat
     with pytest.raises(SettingsError, match="may not be overridden") as refused:
         moved.settings_for("orders")
     assert "orders-pw-123" not in str(refused.value)
+
+
+def test_every_entry_point_refuses_default_and_collisions_before_anything_runs(
+        tmp_path, monkeypatch, capsys):
+    """`make demo PIPELINE=`, `make stream PIPELINE=` and the code location's PIPELINES share
+    one validation: a spec named `default`, or one whose name, folder or prefix another pipeline
+    of the deployment has, is refused before the demo produces or the service serves."""
+    import service.runner
+    import testkit.demo
+    import testkit.generator
+    from specs.pipeline import selected_pipeline
+
+    started = []
+    monkeypatch.setattr(testkit.generator, "produce", lambda *a, **k: started.append("produce"))
+    monkeypatch.setattr(service.runner, "serve", lambda *a, **k: started.append("serve") or 0)
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("PIPELINES", raising=False)
+    default = spec(tmp_path, "default.yaml", ORDERS.replace("name: orders", "name: default"))
+    same_name = spec(tmp_path, "copy.yaml", ORDERS + "tables: orders2\nasset_prefix: orders2\n")
+    same_folder = spec(tmp_path, "o2.yaml", ORDERS.replace("name: orders", "name: o2")
+                       + "tables: orders\n")
+    same_prefix = spec(tmp_path, "o3.yaml", ORDERS.replace("name: orders", "name: o3")
+                       + "asset_prefix: orders\n")
+    cases = [
+        ({"PIPELINE": default}, f"{default}: name: 'default' is the pipeline of LAKEHOUSE_ROOT"),
+        ({"PIPELINE": "examples/orders.yaml", "PIPELINES": default},
+         f"{default}: name: 'default' is the pipeline of LAKEHOUSE_ROOT"),
+        ({"PIPELINE": same_name, "PIPELINES": "examples/orders.yaml"},
+         "pipelines 'orders' and 'orders' have one name 'orders'"),
+        ({"PIPELINE": same_folder, "PIPELINES": "examples/orders.yaml"},
+         "pipelines 'orders' and 'o2' have one table folder 'orders'"),
+        ({"PIPELINE": same_prefix, "PIPELINES": "examples/orders.yaml"},
+         "pipelines 'orders' and 'o3' have one asset prefix 'orders'"),
+    ]
+    for env, message in cases:
+        env = {"LAKEHOUSE_ROOT": str(tmp_path / "lake"), "DAGSTER_HOME": str(tmp_path), **env}
+        with pytest.raises(SpecError) as refused:
+            selected_pipeline(env)
+        assert message in str(refused.value)
+        # The code location given the same files refuses them with the same message.
+        with pytest.raises(SpecError) as loaded:
+            pipeline_specs({"PIPELINES": f"{env.get('PIPELINES', '')},{env['PIPELINE']}"})
+        assert message in str(loaded.value)
+        # The demo: one error line, exit 2, nothing produced, PIPELINES left alone.
+        assert testkit.demo.main(env) == 2
+        assert capsys.readouterr().err.startswith("demo: error: ")
+        assert "PIPELINES" not in os.environ
+        # The stream service: exit 2 before serving.
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        assert service.runner.main() == 2
+        assert message in capsys.readouterr().err
+        for k in env:
+            monkeypatch.delenv(k)
+    assert started == []
+    # The same file in PIPELINE and PIPELINES is one pipeline, not a collision.
+    orders, settings = selected_pipeline({"PIPELINE": "examples/orders.yaml",
+                                          "PIPELINES": SPECS, "LAKEHOUSE_ROOT": str(tmp_path)})
+    assert orders.name == "orders" and settings.root == str(tmp_path / "orders")

@@ -6,6 +6,10 @@ through a binary float. Numbers in exponent notation arrive in the VARIANT as do
 rare rows (and only those: CASE WHEN evaluates lazily) the value is re-read with Jackson's exact
 BigDecimal path (`from_json` into decimal(38,18)).
 
+The classification's working columns are its own: the fixed ones start with `__` (`__text`,
+`__id_type`), a field's are `_<name>_<part>` (`_amount_text`); a spec's column names start with
+a letter (`lakehouse.shape`), so none of them can be a spec's column or another's.
+
 Every input row leaves in exactly one of the two outputs; a quarantined row carries a reason code
 (`REASONS`), a human-readable detail, and its raw bytes (base64) with partition and offset.
 """
@@ -20,7 +24,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.settings import Settings, spark_interval
-from lakehouse.shape import DEFAULT_SHAPE, EventShape, precision_scale
+from lakehouse.shape import DEFAULT_SHAPE, EventShape, bound_exponent, precision_scale
 
 
 def reasons(shape: EventShape) -> tuple[str, ...]:
@@ -59,10 +63,9 @@ def _at_most_decimals(scale: int) -> str:
 
 
 def max_abs(measure_type: str) -> str:
-    """Exclusive bound of a measure field's |value|: what decimal(p,s) holds, and at most
-    10^(24-s) so that sums of 10^14 events still fit the sum's decimal(38,s)."""
-    p, s = precision_scale(measure_type)
-    return "1" + "0" * min(p - s, 24 - s)
+    """Exclusive bound of a measure field's |value|, 10^min(p-s, 24-s) (`bound_exponent`): what
+    decimal(p,s) holds, and small enough that sums of 10^14 events fit the sum's decimal(38,s)."""
+    return "1" + "0" * bound_exponent(measure_type)
 
 
 def _blank(c: Column) -> Column:
@@ -140,20 +143,20 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     # Staged selects: each expensive expression is computed once and referenced by name
     # (Spark does not collapse projections that would duplicate non-cheap expressions).
     df = raw.select(
-        F.col("key").alias("_raw_key"),
-        F.col("value").alias("_raw_value"),
-        F.col("value").cast("string").alias("_text"),
+        F.col("key").alias("__raw_key"),
+        F.col("value").alias("__raw_value"),
+        F.col("value").cast("string").alias("__text"),
         "topic",
         "partition",
         "offset",
         F.col("timestamp").alias("kafka_timestamp"),
         F.octet_length("value").alias("value_bytes"),
     )
-    df = df.withColumn("_utf8", F.is_valid_utf8("_text"))
+    df = df.withColumn("__utf8", F.is_valid_utf8("__text"))
     too_big = F.col("value_bytes") > F.lit(settings.max_event_bytes)
     # Parse only payloads that are valid UTF-8 and not oversized (CASE WHEN is lazy).
-    df = df.withColumn("_v", F.when(~too_big & F.col("_utf8"), F.try_parse_json("_text")))
-    v = F.col("_v")
+    df = df.withColumn("__v", F.when(~too_big & F.col("__utf8"), F.try_parse_json("__text")))
+    v = F.col("__v")
     source = {d.name: d.source for d in shape.dimensions}
 
     def text_and_type(field: str, alias: str) -> list[Column]:
@@ -165,13 +168,13 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
         "*",
         F.try_variant_get(v, _path(shape.event_id), "string").alias("event_id"),
         F.schema_of_variant(F.try_variant_get(v, _path(shape.event_id), "variant"))
-        .alias("_id_type"),
+        .alias("__id_type"),
         *[c for d in dims for c in text_and_type(source[d], d)],
-        F.try_variant_get(v, _path(shape.event_time.field), "string").alias("_time_text"),
+        F.try_variant_get(v, _path(shape.event_time.field), "string").alias("__time_text"),
         *[c for f in fields for c in text_and_type(f, f)],
         F.try_variant_get(v, "$.attributes", "string").alias("attributes"),
         # Valid JSON whose first character is '{' is an object.
-        F.ltrim("_text").startswith("{").alias("_is_object"),
+        F.ltrim("__text").startswith("{").alias("__is_object"),
     )
 
     # Measure fields: exact decimals. Plain notation (VARIANT decimal, integer or numeric
@@ -183,12 +186,12 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     for f in fields:
         text, is_double = F.trim(F.col(f"_{f}_text")), F.col(f"_{f}_type") == "DOUBLE"
         staged += [
-            F.when(is_double, F.from_json("_text", f"`{f}` {exact[f]}")[f]).alias(f"_{f}_exact"),
+            F.when(is_double, F.from_json("__text", f"`{f}` {exact[f]}")[f]).alias(f"_{f}_exact"),
             (text.rlike(_PLAIN_NUMBER) & ~is_double).alias(f"_{f}_plain"),
             text.rlike(_at_most_decimals(precision_scale(types[f])[1])).alias(f"_{f}_scale"),
             text.isin("NaN", "Infinity", "-Infinity").alias(f"_{f}_nonfinite"),
         ]
-    time_text = F.trim(F.col("_time_text"))
+    time_text = F.trim(F.col("__time_text"))
     df = df.select("*", _event_time(time_text, shape.event_time.formats)
                    .alias("payload_event_time"), *staged)
     checks: dict[str, tuple[Column, Column, Column]] = {}
@@ -200,7 +203,7 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
             # Same-type comparison: mixed decimal scales would be widened back to the scale.
             (exact_f.isNotNull() & (exact_f != exact_f.cast(types[f]).cast(exact[f])))
             # The re-read rounds digits past its scale, so count them in the literal text.
-            | (is_double & _literal_too_precise(F.col("_text"), v, f,
+            | (is_double & _literal_too_precise(F.col("__text"), v, f,
                                                  precision_scale(types[f])[1])))
         df = df.withColumn(
             f, F.when(plain, text.try_cast(types[f])).otherwise(exact_f.cast(types[f])))
@@ -222,18 +225,18 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
 
     reason = (
         F.when(too_big, "payload_too_large")
-        .when(F.col("_raw_value").isNull() | (F.col("value_bytes") == 0), "empty_payload")
-        .when(~F.col("_utf8"), "invalid_utf8")
+        .when(F.col("__raw_value").isNull() | (F.col("value_bytes") == 0), "empty_payload")
+        .when(~F.col("__utf8"), "invalid_utf8")
         .when(v.isNull(), "invalid_json")
-        .when(~F.col("_is_object"), "not_an_object")
+        .when(~F.col("__is_object"), "not_an_object")
         .when(_blank(F.col("event_id")), "missing_event_id")
     )
     for d in dims:
         reason = reason.when(dimension[d][1], f"missing_{d}")
-    reason = reason.when(_not_scalar(F.col("_id_type")), "invalid_event_id")
+    reason = reason.when(_not_scalar(F.col("__id_type")), "invalid_event_id")
     for d in dims:
         reason = reason.when(dimension[d][2], f"invalid_{d}")
-    reason = reason.when(F.col("_time_text").isNull(), "missing_event_time")
+    reason = reason.when(F.col("__time_text").isNull(), "missing_event_time")
     for f in fields:
         reason = reason.when(F.col(f"_{f}_text").isNull(), f"missing_{f}")
     reason = reason.when(payload_time.isNull(), "invalid_event_time")
@@ -255,7 +258,7 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
         "payload_event_time",
         *fields,
         "attributes",
-        F.col("_raw_key").cast("string").alias("record_key"),
+        F.col("__raw_key").cast("string").alias("record_key"),
         "topic", "partition", "offset", "kafka_timestamp",
         F.to_date(event_time).alias("event_date"),
         reason.alias("reason"),
@@ -269,7 +272,7 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
 
 
 def quarantine_columns_only(shape: EventShape) -> tuple[str, ...]:
-    return ("_raw_key", "_raw_value", "_time_text", "_id_type",
+    return ("__raw_key", "__raw_value", "__time_text", "__id_type",
             *(f"_{d}_{part}" for d in shape.dimension_names for part in ("text", "type")),
             *(f"_{f}_{part}" for f in shape.measure_fields for part in ("text", "exact")))
 
@@ -312,9 +315,9 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
                F.format_string("%d bytes > MAX_EVENT_BYTES=%d", "value_bytes",
                                F.lit(settings.max_event_bytes)))
         .when(reason == "invalid_event_time",
-              F.concat(F.lit(f"{time_field}="), F.substring("_time_text", 1, 80),
+              F.concat(F.lit(f"{time_field}="), F.substring("__time_text", 1, 80),
                        F.lit(f" is {'neither ' if ' nor ' in forms else 'not '}{forms}")))
-        .when(reason == "invalid_event_id", _not_a_string(shape.event_id, "_id_type"))
+        .when(reason == "invalid_event_id", _not_a_string(shape.event_id, "__id_type"))
     )
     for f in shape.measure_fields:
         kind = shape.fields[f]
@@ -334,12 +337,12 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
                      F.lit(f" is not {'an ISO date' if kind == 'date' else 'an integer'}")))
     detail = (
         detail.when(reason == "event_time_before_start",
-                    F.concat(F.lit(f"{time_field}="), F.col("_time_text"),
+                    F.concat(F.lit(f"{time_field}="), F.col("__time_text"),
                              F.lit(f" is before LAKEHOUSE_START_DATE="
                                    f"{settings.partitions_start_date}"
                                    " (epoch seconds sent as milliseconds?)")))
         .when(reason == "event_time_in_future",
-              F.concat(F.lit(f"{time_field}="), F.col("_time_text"), F.lit(" is more than "),
+              F.concat(F.lit(f"{time_field}="), F.col("__time_text"), F.lit(" is more than "),
                        F.lit(spark_interval(settings.future_skew)),
                        F.lit(" after the broker append time")))
     )
@@ -351,8 +354,8 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
         "offset",
         "kafka_timestamp",
         "value_bytes",
-        F.base64("_raw_key").alias("raw_key"),
-        F.base64("_raw_value").alias("raw_value"),
+        F.base64("__raw_key").alias("raw_key"),
+        F.base64("__raw_value").alias("raw_value"),
         F.to_date("kafka_timestamp").alias("quarantine_date"),
     )
 

@@ -35,7 +35,12 @@ def window_of(settings: Settings, time_col: str = "event_time") -> Column:
     return F.window(time_col, spark_interval(settings.window_size))
 
 
-def flatten_window(df: DataFrame, shape: EventShape, window_col: str = "window") -> DataFrame:
+# The window struct's working column (a spec's column names start with a letter: no dimension
+# can take it).
+WINDOW = "_window"
+
+
+def flatten_window(df: DataFrame, shape: EventShape, window_col: str = WINDOW) -> DataFrame:
     """(window struct, dimensions, measures...) -> event_date, window_start, window_end,
     dimensions, measures."""
     dims = shape.dimension_names
@@ -52,7 +57,7 @@ def flatten_window(df: DataFrame, shape: EventShape, window_col: str = "window")
 def aggregate_windows(events: DataFrame, settings: Settings) -> DataFrame:
     """Batch aggregation of already-deduplicated events into tumbling windows per dimensions."""
     shape = settings.shape
-    agg = events.groupBy(window_of(settings).alias("window"), *shape.dimension_names).agg(
+    agg = events.groupBy(window_of(settings).alias(WINDOW), *shape.dimension_names).agg(
         *measures(shape))
     return flatten_window(agg, shape)
 

@@ -48,7 +48,8 @@ def corrections_in(spark: SparkSession, settings: Settings, d: date, first: int,
                    commits: dict[int, tuple[str, str]] | None = None,
                    run_id: str | None = None, cause: str | None = None) -> DataFrame:
     """Changelog rows for the corrections in gold's commits `first`..`last` of date `d` (only
-    `commits` when given, each with its mode and run id; else `run_id` and `cause` for all)."""
+    `commits` when given, each with its mode and run id; else `run_id` and `cause` for all).
+    Working columns start with _ (a spec's column names start with a letter)."""
     changes = (read_changes(spark, settings, RECONCILED, first, last)
                .where(F.col("event_date") == F.lit(d)))
     if commits is not None:
@@ -57,7 +58,7 @@ def corrections_in(spark: SparkSession, settings: Settings, d: date, first: int,
     pre = changes.where(F.col("_change_type").isin("update_preimage", "delete"))
     post = changes.where(F.col("_change_type").isin("update_postimage", "insert"))
     late = (read_table(spark, settings, LATE).where(F.col("event_date") == F.lit(d))
-            .select(*settings.shape.window_id).distinct().withColumn("has_late", F.lit(True)))
+            .select(*settings.shape.window_id).distinct().withColumn("_has_late", F.lit(True)))
     joined = (post.alias("a").join(pre.alias("b"), on, "full_outer")
               .join(F.broadcast(late).alias("l"), list(settings.shape.window_id), "left"))
     removed = F.col("a.revision").isNull()
@@ -66,10 +67,10 @@ def corrections_in(spark: SparkSession, settings: Settings, d: date, first: int,
         F.col("b.revision").isNull() | (F.col("a.revision") > F.col("b.revision"))))
     if commits is not None:
         modes = spark.createDataFrame([(v, m, r) for v, (m, r) in commits.items()],
-                                      "_commit_version LONG, mode STRING, run_id STRING")
+                                      "_commit_version LONG, _mode STRING, _run_id STRING")
         joined = joined.join(F.broadcast(modes), "_commit_version", "left")
-        run_col = F.col("run_id")
-        forced = F.when(F.col("mode") == "reprocess", F.lit("reprocess"))
+        run_col = F.col("_run_id")
+        forced = F.when(F.col("_mode") == "reprocess", F.lit("reprocess"))
     else:
         run_col = F.lit(run_id)
         forced = F.when(F.lit(cause is not None), F.lit(cause))
@@ -81,7 +82,7 @@ def corrections_in(spark: SparkSession, settings: Settings, d: date, first: int,
         revision.cast("int").alias("revision"),
         F.coalesce(
             forced,
-            F.when(F.col("l.has_late"), "late_event")
+            F.when(F.col("l._has_late"), "late_event")
             .when(F.coalesce(F.col("a.event_count"), F.lit(0)) < F.col("b.event_count"),
                   "duplicate")
             .otherwise("reprocess"),

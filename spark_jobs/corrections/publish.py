@@ -56,10 +56,10 @@ def publish(
         read_table(spark, settings, CORRECTIONS)
         .where(F.col("event_date") == F.lit(d))
         .groupBy(*keys)
-        .agg(F.max("revision").alias("last_revision"),
+        .agg(F.max("revision").alias("_last_revision"),
              # The last revision recorded the window as absent (a removal); else a gold row
              # was removed outside the pipeline, and its re-insert restores that revision.
-             F.max_by(F.col("after_event_count").isNull(), "revision").alias("last_removed"))
+             F.max_by(F.col("after_event_count").isNull(), "revision").alias("_last_removed"))
     )
     closed = F.coalesce(F.col("n.window_end") <= wm, F.lit(False))
     diff = (
@@ -77,37 +77,37 @@ def publish(
             *[F.coalesce(f"n.{c}", f"o.{c}").alias(c) for c in dims],
             *[F.col(f"o.{m}").alias(f"before_{m}") for m in measures],
             *[F.col(f"n.{m}").alias(f"after_{m}") for m in measures],
-            F.col("o.revision").alias("old_revision"),
-            F.col("o.status").alias("old_status"),
-            F.col("h.last_revision"), F.col("h.last_removed"),
+            F.col("o.revision").alias("_old_revision"),
+            F.col("o.status").alias("_old_status"),
+            F.col("h._last_revision"), F.col("h._last_removed"),
             F.when(F.col("o.window_start").isNull(), "insert")
             .when(F.col("n.window_start").isNull(), "remove")
             .when(~_measures_equal("n", "o", measures), "change")
             .when((F.col("o.status") == "open") & closed, "finalize")
-            .alias("action"),
-            closed.alias("closed"),
+            .alias("_action"),
+            closed.alias("_closed"),
         )
-        .where(F.col("action").isNotNull())
+        .where(F.col("_action").isNotNull())
         .withColumn(
-            "is_correction",
-            (F.col("action") == "remove")
-            | ((F.col("action") == "change") & (F.col("old_status") != "open"))
-            | ((F.col("action") == "insert") & F.col("last_revision").isNotNull()),
+            "_is_correction",
+            (F.col("_action") == "remove")
+            | ((F.col("_action") == "change") & (F.col("_old_status") != "open"))
+            | ((F.col("_action") == "insert") & F.col("_last_revision").isNotNull()),
         )
         .withColumn(
             "revision",
-            F.when((F.col("action") == "insert") & F.col("last_revision").isNotNull(),
-                   F.col("last_revision") + F.when(F.col("last_removed"), 1).otherwise(0))
-            .when(F.col("is_correction"), F.col("old_revision") + 1)
-            .otherwise(F.coalesce(F.col("old_revision"), F.lit(0)))
+            F.when((F.col("_action") == "insert") & F.col("_last_revision").isNotNull(),
+                   F.col("_last_revision") + F.when(F.col("_last_removed"), 1).otherwise(0))
+            .when(F.col("_is_correction"), F.col("_old_revision") + 1)
+            .otherwise(F.coalesce(F.col("_old_revision"), F.lit(0)))
             .cast("int"),
         )
         .withColumn(
             "status",
-            F.when(F.col("is_correction"), "corrected")
-            .when(F.col("action") == "change", F.when(F.col("closed"), "final").otherwise("open"))
-            .when(F.col("action") == "finalize", "final")
-            .when(F.col("closed"), "final")
+            F.when(F.col("_is_correction"), "corrected")
+            .when(F.col("_action") == "change", F.when(F.col("_closed"), "final").otherwise("open"))
+            .when(F.col("_action") == "finalize", "final")
+            .when(F.col("_closed"), "final")
             .otherwise("open"),
         )
     )
@@ -116,11 +116,11 @@ def publish(
             # Computed once and cut from its lineage: the counts and both MERGEs then plan over
             # a plain scan instead of re-analysing the recompute (seconds per MERGE on 2 cores).
             diff = diff.localCheckpoint(eager=True)
-            rows = diff.groupBy("action", "is_correction").agg(F.count("*").alias("n")).collect()
-            counts = {r.action: 0 for r in rows}
+            rows = diff.groupBy("_action", "_is_correction").agg(F.count("*").alias("n")).collect()
+            counts = {r._action: 0 for r in rows}
             for r in rows:
-                counts[r.action] += r.n
-            corrections_n = sum(r.n for r in rows if r.is_correction)
+                counts[r._action] += r.n
+            corrections_n = sum(r.n for r in rows if r._is_correction)
         result.inserted = counts.get("insert", 0)
         result.removed = counts.get("remove", 0)
         result.finalized = counts.get("finalize", 0)
@@ -129,7 +129,7 @@ def publish(
             return result
         date_pred = f"t.event_date = DATE'{d.isoformat()}'"
         src = diff.select(
-            "event_date", "window_start", "window_end", *dims, "action", "revision", "status",
+            "event_date", "window_start", "window_end", *dims, "_action", "revision", "status",
             *[F.col(f"after_{m}").alias(m) for m in measures],
             F.lit(now).alias("updated_at"),
         )
@@ -141,9 +141,9 @@ def publish(
             (
                 DeltaTable.forPath(spark, settings.table_path(RECONCILED.name)).alias("t")
                 .merge(src.alias("s"), date_pred + "".join(f" AND t.{k} = s.{k}" for k in keys))
-                .whenMatchedDelete(condition="s.action = 'remove'")
+                .whenMatchedDelete(condition="s._action = 'remove'")
                 .whenMatchedUpdate(set=values)
-                .whenNotMatchedInsert(condition="s.action != 'remove'", values=values)
+                .whenNotMatchedInsert(condition="s._action != 'remove'", values=values)
                 .execute()
             )
         if corrections_n:
