@@ -64,6 +64,14 @@ def lost_lock(exc: BaseException | None) -> bool:
     return exc is not None and WriterLockLost.__name__ in str(exc)
 
 
+def died_silently(query) -> bool:
+    """The query's thread is gone with no exception recorded: a JVM error (seen: a
+    StackOverflowError in the Kafka source's progress metrics after a restart, Spark 4.1.1)
+    ends the thread without failing the query. Its batch had committed; a restart resumes
+    from the checkpoint."""
+    return query.exception() is None and not query.isActive
+
+
 def serve(settings: Settings, stop: threading.Event) -> int:
     interval = spark_interval(settings.stream_trigger_interval)
     ensure_topic(settings)
@@ -98,16 +106,17 @@ def serve(settings: Settings, stop: threading.Event) -> int:
                 lost = exc
                 break
             exc = query.exception()
-            if exc is None:
+            if exc is None and query.isActive:
                 restarts = 0
             elif lost_lock(exc):
                 lost = WriterLockLost(next(line.strip() for line in str(exc).splitlines()
                                            if WriterLockLost.__name__ in line)[:500])
                 break
-            elif is_known_restart_bug(exc) and restarts < MAX_RESTARTS:
+            elif (is_known_restart_bug(exc) or died_silently(query)) and restarts < MAX_RESTARTS:
                 restarts += 1
                 print("ingest: restarting after Spark's known post-recovery error "
-                      "(SPARK-55271; the batch had committed)", flush=True)
+                      "(SPARK-55271, or its query thread dying in the Kafka source's progress "
+                      "metrics; the batch had committed)", flush=True)
                 try:
                     book.poll(query, record=True)
                     fence.check()
@@ -132,7 +141,8 @@ def serve(settings: Settings, stop: threading.Event) -> int:
         print(f"error: the writer lock was lost: {lost}", file=sys.stderr, flush=True)
         return LOCK_LOST
     if failed is not None:
-        print(f"error: query {failed.name} failed: {failed.exception()}", file=sys.stderr)
+        why = failed.exception() or "its thread ended with no exception (a JVM error, above)"
+        print(f"error: query {failed.name} failed: {why}", file=sys.stderr)
         return 1
     print("stopped cleanly", flush=True)
     return 0

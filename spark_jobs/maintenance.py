@@ -7,8 +7,8 @@ only where no writer can be racing it:
 
 - append-only stream tables (bronze, quarantine, late events, progress): dates before today
   (blind appends never conflict with a compaction; today is still growing);
-- `streaming_aggregates`: dates before the stream's watermark date (its MERGE and finalize
-  UPDATE only touch windows at or after the watermark);
+- `streaming_aggregates`: dates before the stream's watermark date (each batch rewrites only the
+  open partitions, windows ending after the watermark);
 - the daily tables: dates before today, each under the date's lock.
 
 On an object store Delta's log store is safe for one writing driver per table only, so the

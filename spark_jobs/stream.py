@@ -8,8 +8,9 @@ once (cached) and, from that one classification, writes:
 - `bronze_events`: every valid event, one commit stamped with the batch's Kafka end offsets,
   the query and batch id, and the watermark the batch used and the one after it;
 - `streaming_aggregates`: the windows of the events that count (valid, above the watermark,
-  first copy of their event_id among the events still above it), added into the table by one
-  MERGE that also finalizes the windows the new watermark closes.
+  first copy of their event_id among the events still above it), folded into the open windows
+  and written in place of the open partitions by one commit that also lands the windows the new
+  watermark closes in their final partitions (`publish_windows`).
 
 The watermark is explicit and comes from committed state: the watermark a batch judges
 lateness by is the `next_watermark_ms` stamped on the previous bronze stream commit
@@ -19,10 +20,8 @@ checkpoint, computes the same watermark. No Spark stateful operator is involved.
 
 Exactly once: a batch can be re-run after a crash (foreachBatch is at-least-once). The appends
 are found by their tag (query id + batch id in the commit's userMetadata; the stream is the one
-writer of these tables, under the checkpoint lock), and the MERGE adds a batch into a window
-only if the window's `bronze_version` is older than the batch's bronze commit, a sequence that
-stays monotonic across checkpoint resets. A re-run batch therefore writes nothing twice and its
-MERGE changes no row.
+writer of these tables, under the checkpoint lock), and so is the aggregates commit. A re-run
+batch therefore writes nothing twice.
 
 It runs with `trigger(availableNow=True)` (Dagster catch-up) or a processing-time trigger (the
 service); both use the checkpoint under `$LAKEHOUSE_ROOT/_checkpoints/ingest`.
@@ -197,13 +196,12 @@ def drop_orphans(spark: SparkSession, settings: Settings, positions: dict[int, i
 def complete_pending_aggregates(spark: SparkSession, settings: Settings,
                                 fence: Fence | None = None) -> bool:
     """Before a new checkpoint's first batch: add bronze's newest stream batch into
-    `streaming_aggregates` if its MERGE never committed (the runner died between the batch's
-    bronze commit and its MERGE, then the checkpoint was lost). The new checkpoint starts after
+    `streaming_aggregates` if its aggregates commit was never made (the runner died between the
+    batch's bronze commit and that commit, then the checkpoint was lost). The new checkpoint starts after
     that batch's offsets, so nothing else would ever add it: the fast path would miss it for
     good. Its rows are the bronze commit's own (Change Data Feed of that one version), judged
     by the watermark stamped on it, deduplicated against bronze before it, exactly as the batch
-    would have been; the MERGE's bronze-version guard makes a repeat a no-op. True when it
-    merged."""
+    would have been; the commit's tag makes a repeat a no-op. True when it published."""
     commit = newest_stream_commit(settings)
     if commit is None or commit.query is None or commit.batch_id is None:
         return False

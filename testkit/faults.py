@@ -182,7 +182,7 @@ class DeltaLog:
 
 
 # Kill points inside an ingest batch, one after each of its Delta commits (its appends:
-# quarantine, late lane, then bronze; then the aggregates MERGE; then Spark's checkpoint
+# quarantine, late lane, then bronze; then the aggregates commit; then Spark's checkpoint
 # commit): name -> (table whose commit for the batch is there, tables whose commit for it is
 # not there yet; () : only the checkpoint's commits/N is missing).
 INGEST_KILL_POINTS = {

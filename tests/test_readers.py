@@ -1,5 +1,5 @@
-"""Gold for other readers: `reconciled_aggregates` and `late_corrections` (docs/design.md §5) read without
-Spark, through delta-rs (`deltalake`) and polars, hold exactly what Spark reads, and the Change
+"""Gold for other readers: `reconciled_aggregates`, `late_corrections` (docs/design.md §5) and the
+live `streaming_aggregates` read without Spark, through delta-rs (`deltalake`) and polars, hold exactly what Spark reads, and the Change
 Data Feed of the gold table read by delta-rs shows the revisions the changelog records, as
 Spark's `readChangeFeed` does. The tables are the end-to-end scenario's (conftest `scenario`:
 a published date corrected by late events), built by the real pipeline through Dagster."""
@@ -38,7 +38,8 @@ def by_polars(frame, columns: list[str]) -> Counter:
     return Counter(normalized(r) for r in frame.select(columns).rows())
 
 
-@pytest.mark.parametrize("name", ["reconciled_aggregates", "late_corrections"])
+@pytest.mark.parametrize("name", ["reconciled_aggregates", "late_corrections",
+                                  "streaming_aggregates"])
 def test_delta_rs_and_polars_read_what_spark_reads(scenario, spark, name):
     settings = scenario[0]
     path = settings.table_path(name)
@@ -54,9 +55,16 @@ def test_delta_rs_and_polars_read_what_spark_reads(scenario, spark, name):
         assert schema["value_sum"] == pl.Decimal(38, 6)
         revised = pl.read_delta(path).filter(pl.col("revision") > 0)
         assert revised.height and set(revised["status"]) == {"corrected"}
-    else:
+    elif name == "late_corrections":
         assert schema["after_value_sum"] == pl.Decimal(38, 6)
         assert "late_event" in set(pl.read_delta(path)["cause"])
+    else:  # the live table: one row per window and key, open or final (a partition column)
+        live = pl.read_delta(path)
+        assert schema["value_sum"] == pl.Decimal(38, 6)
+        assert set(live["status"]) <= {"open", "final"} and "final" in set(live["status"])
+        assert live.select("window_start", "key").is_unique().all()
+        still_open = pl.scan_delta(path).filter(pl.col("status") == "open").collect()
+        assert still_open.height == (live["status"] == "open").sum()
 
 
 def test_change_feed_of_gold_shows_each_revision_the_changelog_records(scenario, spark):

@@ -7,7 +7,7 @@ order, and the batch it waits for). Every kill point is guaranteed, not drawn:
 - after each Delta commit inside the ingest foreachBatch of batch N (`faults.INGEST_KILL_POINTS`,
   each at least twice): `quarantine_before_bronze` (quarantine appended, late lane and bronze
   not), `late_before_bronze` (the late lane appended, bronze not), `bronze_before_aggregates`
-  (bronze appended, the aggregates MERGE not), `aggregates_before_checkpoint` (the MERGE
+  (bronze appended, the aggregates commit not), `aggregates_before_checkpoint` (the aggregates
   committed, Spark's `commits/N` not);
 - `corrections@<hook>` (`faults.CORRECTIONS_HOOKS`, each at least once): a corrections run of a
   date (`python -m testkit.faults corrections`) killed while a MERGE has written files it has

@@ -7,7 +7,7 @@
       records have malformed ones, so every batch quarantines some): every acknowledged offset
       lands in bronze or quarantine exactly once, the killed batch's quarantined offsets
       included (its orphan rows are dropped and the records read again, once);
-    - at `bronze_before_aggregates` (bronze committed, the aggregates MERGE not): the same,
+    - at `bronze_before_aggregates` (bronze committed, the aggregates commit not): the same,
       and (at the end) every date proven: gold == replay == the plain-Python count.
 (c) More than 100 bronze commits made after the newest stream commit (commits outside the
     stream, tagged as maintenance), the checkpoint deleted, more records produced, the service
