@@ -1,8 +1,9 @@
-"""Gold for other readers: `reconciled_aggregates`, `late_corrections` (docs/design.md §5) and the
-live `streaming_aggregates` read without Spark, through delta-rs (`deltalake`) and polars, hold exactly what Spark reads, and the Change
-Data Feed of the gold table read by delta-rs shows the revisions the changelog records, as
-Spark's `readChangeFeed` does. The tables are the end-to-end scenario's (conftest `scenario`:
-a published date corrected by late events), built by the real pipeline through Dagster."""
+"""Tables for other readers: `reconciled_aggregates`, `late_corrections` (docs/design.md §5) and
+the live `streaming_aggregates` read without Spark, through delta-rs (`deltalake`) and polars,
+hold exactly what Spark reads, and the Change Data Feed of the gold table read by delta-rs shows
+the revisions the changelog records, as Spark's `readChangeFeed` does. The tables are the
+end-to-end scenario's (conftest `scenario`: a published date corrected by late events), built by
+the real pipeline through Dagster."""
 
 from collections import Counter
 from datetime import datetime
