@@ -202,7 +202,7 @@ def main() -> int:
         "driver_rss_mb": {"minute_2": percentile(rss_minute[(1, 2)], 0.5),
                           "last_minute": percentile(rss_minute[last], 0.5)},
         # No Spark state store any more: the dedup looks up bronze above the watermark. What
-        # grows with time is the table files: streaming_aggregates' files and deletion vectors.
+        # grows with time is the table files: streaming_aggregates' final files (one per closing batch).
         "streaming_aggregates_files": {"end": len(open_table(settings, "streaming_aggregates")
                                                   .file_uris())},
     }

@@ -18,8 +18,8 @@ def read(settings: Settings, name: str, event_date: date | None = None):
     uri, options = settings.delta_rs(name)
     dt = DeltaTable(uri, storage_options=options)
     if "deletionVectors" in (dt.protocol().reader_features or []):
-        # streaming_aggregates: delta-rs' pyarrow dataset does not apply deletion vectors; its
-        # query engine does.
+        # A table with deletion vectors (a streaming_aggregates of a release before 2026-11-25):
+        # delta-rs' pyarrow dataset does not apply them; its query engine does.
         where = f" WHERE event_date = DATE '{event_date.isoformat()}'" if event_date else ""
         table = pa.table(QueryBuilder().register("t", dt).execute(f"SELECT * FROM t{where}").read_all())
         return table.cast(pa.schema([pa.field(f.name, _plain(f.type), f.nullable)

@@ -39,6 +39,10 @@ class FakeQuery:
     def exception(self):
         return None
 
+    @property
+    def isActive(self):
+        return not self.stopped
+
     def stop(self):
         self.stopped = True
 
