@@ -10,6 +10,12 @@ Measured, written to bench/results/service-<rate>-<date>.json:
   (p50/p95/p99/max; probes never seen are counted);
 - driver RSS (the service's Python process and its JVM, from /proc): minute 2 vs. the last
   minute (the one-pass ingest keeps no Spark state store);
+- with BENCH_SERVICE_REPLAY_EVENTS=N (the hot tail during a backfill): N events of today's date
+  produced before the service starts (it ingests them first), then, BENCH_SERVICE_REPLAY_AFTER
+  (20) seconds into the measurement, a replay of today's date through `dagster asset
+  materialize` in a fresh process (as a schedule runs it; RUN_NICENESS applies), beside the
+  service under load: the freshness of the probes sent while it ran, its duration, and after the
+  load a `reconcile_dates` run of the date (its blocking proof must pass);
 - with BENCH_SERVICE_BREAKDOWN=1 (the UI on, which slows the service): where a steady batch's
   time goes, the service's Spark jobs from minute 2 on, from its UI's REST API, grouped by
   ingest step, per batch.
@@ -22,6 +28,7 @@ import os
 import signal
 import socket
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -66,6 +73,45 @@ def produce_at_rate(settings: Settings, rate: int, seconds: int, probes) -> None
     probes.put(("done", sent + seconds, time.time() - start))
 
 
+def preload(settings: Settings, events: int) -> None:
+    """`events` events of today's date (event times spread over the hour before the last two
+    minutes, within today), produced as fast as the producer goes."""
+    from confluent_kafka import Producer
+
+    now = time.time()
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+    first = max(midnight, now - 3720)
+    span = max(1.0, now - 120 - first)
+    producer = Producer({**settings.client_config, "linger.ms": 50, "batch.num.messages": 10000,
+                         "queue.buffering.max.messages": 2_000_000})
+    for i in range(events):
+        stamp = datetime.fromtimestamp(first + span * i / events, tz=UTC).isoformat(
+            timespec="milliseconds")
+        while True:
+            try:
+                producer.produce(settings.events_topic, key=f"k{i % KEYS}", value=(
+                    f'{{"event_id":"pre-{i}","key":"k{i % KEYS}","event_time":"{stamp}",'
+                    f'"value":"{i % 997}.25"}}'))
+                break
+            except BufferError:
+                producer.poll(0.1)
+    producer.flush(120)
+
+
+def dagster_run(settings: Settings, env: dict[str, str], select: str, log: Path,
+                ) -> subprocess.Popen:
+    """`dagster asset materialize` of today's partition in a fresh process, as a schedule runs it."""
+    from bench.run_path import DAGSTER, REPO
+
+    home = Path(f"{settings.lakehouse_root}-dagster")
+    home.mkdir(exist_ok=True)
+    day = datetime.now(UTC).date().isoformat()
+    return subprocess.Popen(
+        [DAGSTER, "asset", "materialize", "-m", "orchestration.definitions", "--select", select,
+         "--partition", day], cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        env={**env, "DAGSTER_HOME": str(home), "PYTHONPATH": str(REPO)})
+
+
 def rss_mb(pid: int) -> float:
     """RSS of `pid` and its children (the service's JVM, Python workers), MB."""
     def own(p: int) -> int:
@@ -100,6 +146,14 @@ def percentile(values: list[float], q: float) -> float | None:
     return round(values[min(len(values) - 1, int(q * len(values)))], 2)
 
 
+def during(sent: dict[str, float], seen: dict[str, float], span: list) -> dict:
+    """Freshness of the probes sent within `span` (start, end)."""
+    probes = [p for p, t in sent.items() if span[0] <= t <= span[1]]
+    lags = [seen[p] - sent[p] for p in probes if p in seen]
+    return {"probes": len(probes), "seen": len(lags), "p50": percentile(lags, 0.5),
+            "p95": percentile(lags, 0.95), "max": percentile(lags, 1.0)}
+
+
 def window_means(rows: list[dict], column: str, t0: float, minute: tuple[int, int]) -> float | None:
     vals = [r[column] for r in rows if r[column] is not None
             and minute[0] * 60 <= r["batch_timestamp"].timestamp() - t0 < minute[1] * 60]
@@ -120,14 +174,26 @@ def main() -> int:
     if breakdown:  # the UI's listeners cost the service time: off for the headline figures
         env.update({"SPARK_UI": "true", "SPARK_CONF_spark.ui.port": str(ui_port),
                     "SPARK_CONF_spark.ui.retainedJobs": "100000"})
+    replay_events = int(os.environ.get("BENCH_SERVICE_REPLAY_EVENTS", "0"))
+    replay_after = float(os.environ.get("BENCH_SERVICE_REPLAY_AFTER", "20"))
     settings = Settings.from_env(env)
     ensure_topic(settings)
     root.mkdir(parents=True)
+    if replay_events:
+        preload(settings, replay_events)
     svc = start_service(env, log_path=root / "service.log")
     while "streaming" not in output(svc, 100_000):
         if svc.poll() is not None:
             raise RuntimeError(f"the service died:\n{output(svc)}")
         time.sleep(0.5)
+    while replay_events:  # the preloaded events ingested before the measurement starts
+        bronze = open_table(settings, "bronze_events")
+        if bronze is not None and bronze.to_pyarrow_dataset().count_rows() >= replay_events:
+            break
+        if svc.poll() is not None:
+            raise RuntimeError(f"the service died:\n{output(svc)}")
+        time.sleep(2)
+    replay, replay_span, replay_rc = None, [None, None], None
 
     probes = multiprocessing.Queue()
     producer = multiprocessing.Process(target=produce_at_rate, args=(settings, rate, seconds, probes))
@@ -148,6 +214,11 @@ def main() -> int:
             else:
                 sent[item[0]] = item[1]
         now = time.time()
+        if replay_events and replay is None and now - t0 >= replay_after:
+            replay = dagster_run(settings, env, "replay_aggregates", root / "replay.log")
+            replay_span[0] = now
+        if replay is not None and replay_rc is None and replay.poll() is not None:
+            replay_rc, replay_span[1] = replay.returncode, now
         if now - last_rss >= 5:
             rss.append((now - t0, rss_mb(svc.pid)))
             last_rss = now
@@ -158,7 +229,8 @@ def main() -> int:
             keys = read(settings, "streaming_aggregates")["key"]
             for key in pc.filter(keys, pc.starts_with(keys, "probe-")).to_pylist():
                 seen.setdefault(key, committed)
-        if drain_deadline and (set(sent) <= set(seen) or now > drain_deadline):
+        if (drain_deadline and (set(sent) <= set(seen) or now > drain_deadline)
+                and (replay is None or replay_rc is not None)):
             break
         if svc.poll() is not None:
             raise RuntimeError(f"the service died:\n{output(svc)}")
@@ -166,6 +238,11 @@ def main() -> int:
     producer.join(30)
     steady = [j for j in spark_ui.jobs(f"http://127.0.0.1:{ui_port}")
               if 120 <= spark_ui.submitted_at(j) - t0 < seconds] if breakdown else []
+    proof_rc = None
+    if replay is not None:  # the date's proof, the service still running
+        proof = dagster_run(settings, env, "replay_aggregates,late_corrections,reconciled_aggregates",
+                            root / "reconcile.log")
+        proof_rc = proof.wait()
     svc.send_signal(signal.SIGTERM)
     svc.wait(120)
 
@@ -191,6 +268,11 @@ def main() -> int:
         "freshness_s": {"probes": len(sent), "seen": len(freshness),
                         "p50": percentile(freshness, 0.5), "p95": percentile(freshness, 0.95),
                         "p99": percentile(freshness, 0.99), "max": percentile(freshness, 1.0)},
+        **({"replay": {
+            "events_preloaded": replay_events, "run_niceness": settings.run_niceness,
+            "seconds": round(replay_span[1] - replay_span[0], 1), "succeeded": replay_rc == 0,
+            "proof_after_passed": proof_rc == 0,
+            "freshness_during_s": during(sent, seen, replay_span)}} if replay else {}),
         "batches": len(batches),
         "batch_duration_s": {
             q: percentile([r["trigger_ms"] / 1000 for r in batches if r["trigger_ms"] is not None], p)
@@ -207,7 +289,7 @@ def main() -> int:
                                                   .file_uris())},
     }
     print(result)
-    write_result(f"service-{rate}", result)
+    write_result(f"service-{rate}" + (f"-replay-{replay_events}" if replay else ""), result)
     return 0
 
 
