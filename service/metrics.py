@@ -124,6 +124,9 @@ class StreamMetrics:
         self._last_trigger: dict[str, str] = {}  # newest progress `timestamp` seen per query
         self._followers: dict[str, LogFollower] = {}
         self._errors: dict[str, str] = {}
+        # Whether the pipeline's ingest query runs (a service of several pipelines stops one
+        # whose query failed and goes on with the others; its metrics stay, with this at 0).
+        self.query_active = True
         self._server = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -304,6 +307,11 @@ class StreamMetrics:
                 if k == kind:
                     rate.add_metric([q], v)
             yield rate
+        yield GaugeMetricFamily(
+            "lakehouse_stream_query_active",
+            "1 while the pipeline's ingest query runs in the service, 0 once it stopped on an "
+            "error (the service goes on with its other pipelines).",
+            value=1 if self.query_active else 0)
         success = GaugeMetricFamily(
             "lakehouse_stream_last_success_timestamp_seconds",
             "When the query's last micro-batch completed (unix seconds).", labels=["query"])
@@ -328,22 +336,22 @@ class StreamMetrics:
             "of the newest window at or below the watermark (seconds).", value=now - closed_end)
 
     # ---- lifecycle -------------------------------------------------------------------------
-    def start(self, port: int | None = None, address: str = ADDRESS) -> bool:
-        """Serve /metrics and start polling. A port in use is reported, not fatal: the stream
-        matters more than its metrics (and Prometheus shows the target down). Returns whether
-        the server is up."""
-        port = self.settings.metrics_port if port is None else port
-        try:
-            self._server, _ = start_http_server(port, addr=address, registry=self.registry)
-        except OSError as exc:
-            print(f"metrics: cannot serve on {address}:{port} ({exc}); running without metrics",
-                  file=sys.stderr, flush=True)
-            return False
+    def start(self, port: int | None = None, address: str = ADDRESS, serve: bool = True) -> bool:
+        """Start polling and (`serve`) serve /metrics. A port in use is reported, not fatal: the
+        stream matters more than its metrics (and Prometheus shows the target down). Returns
+        whether the server is up. A service of several pipelines serves them all on one port
+        (`exposing`), each pipeline's metrics started with `serve=False`."""
+        if serve:
+            port = self.settings.metrics_port if port is None else port
+            self._server = http_server([self.registry], port, address)
+            if self._server is None:
+                return False
         self.start_following_tables()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="metrics-poll", daemon=True)
         self._thread.start()
-        print(f"metrics on http://{address}:{port}/metrics", flush=True)
+        if serve:
+            print(f"metrics on http://{address}:{port}/metrics", flush=True)
         return True
 
     def stop(self) -> None:
@@ -370,14 +378,63 @@ class _Gauges:
         return self._metrics.gauges()
 
 
+class _Merged:
+    """Several pipelines' registries as one collector: samples of the same metric name from
+    each pipeline go in one family (the exposition format allows a name once)."""
+
+    def __init__(self, registries: list[CollectorRegistry]):
+        self._registries = registries
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        for registry in self._registries:
+            for metric in registry.collect():
+                if metric.name in families:
+                    families[metric.name].samples.extend(metric.samples)
+                else:
+                    families[metric.name] = metric
+        yield from families.values()
+
+
+def http_server(registries: list[CollectorRegistry], port: int, address: str = ADDRESS):
+    """/metrics of these registries on `address:port`, or None (said) when the port is taken."""
+    merged = CollectorRegistry(auto_describe=False)
+    merged.register(_Merged(registries))
+    try:
+        server, _ = start_http_server(port, addr=address, registry=merged)
+    except OSError as exc:
+        print(f"metrics: cannot serve on {address}:{port} ({exc}); running without metrics",
+              file=sys.stderr, flush=True)
+        return None
+    return server
+
+
 @contextmanager
-def serving(settings: Settings, spark=None, **kw) -> Iterator[StreamMetrics]:
-    """`StreamMetrics` serving for the duration of the block (seeded from the checkpoints when
-    `spark` is given)."""
+def exposing(metrics: Iterable[StreamMetrics | None], port: int,
+             address: str = ADDRESS) -> Iterator[bool]:
+    """Every pipeline's metrics of a service on one port for the block (yields whether up)."""
+    server = http_server([m.registry for m in metrics if m is not None], port, address)
+    if server is not None:
+        print(f"metrics on http://{address}:{port}/metrics", flush=True)
+    try:
+        yield server is not None
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+@contextmanager
+def serving(settings: Settings, spark=None, serve: bool = True, **kw) -> Iterator[StreamMetrics]:
+    """`StreamMetrics` polling (and, `serve`, serving) for the duration of the block (seeded
+    from the checkpoints when `spark` is given)."""
     metrics = StreamMetrics(settings, **kw)
     if spark is not None:
         metrics.seed_from_checkpoints(spark)
-    metrics.start()
+    metrics.start(serve=serve)
     try:
         yield metrics
     finally:

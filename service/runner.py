@@ -32,7 +32,7 @@ from lakehouse.progress_reports import BatchReport, as_dict
 from lakehouse.settings import Settings, SettingsError, spark_interval
 from lakehouse.topic_checks import retention_shortfall
 from lakehouse.topic_status import retention_ms
-from service.metrics import serving
+from service.metrics import exposing, serving
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import RecentIds
 from spark_jobs.session import get_spark
@@ -44,7 +44,7 @@ from spark_jobs.stream import (
     is_known_restart_bug,
     start_ingest,
 )
-from specs.pipeline import selected_pipeline
+from specs.pipeline import service_pipelines
 
 PROGRESS_EVERY_S = 30.0  # stream_progress bookkeeping: at most one commit per this long
 LOCK_LOST = 3  # exit status of a service that lost its writer lock
@@ -72,80 +72,192 @@ def died_silently(query) -> bool:
     return query.exception() is None and not query.isActive
 
 
-def serve(settings: Settings, stop: threading.Event) -> int:
-    interval = spark_interval(settings.stream_trigger_interval)
-    ensure_topic(settings)
-    if warning := retention_shortfall(settings, retention_ms(settings)):
-        print(f"warning: {warning}", file=sys.stderr, flush=True)
-    spark = get_spark(settings)
-    recent = RecentIds()  # the dedup's in-memory index, kept across restarts of the query
+class PipelineStream:
+    """One pipeline's ingest query in the service: its writer lock (taken at `start`, released
+    at `close`), its dedup index, bookkeeping and metrics, its restarts. Its jobs run in a
+    scheduler pool of its own (named after the pipeline), so the service's pipelines share the
+    cores fairly. A failure stops this pipeline only (`check` says so; the caller `close`s it)."""
 
-    def start():
-        return start_ingest(spark, settings, Trigger(available_now=False, interval=interval),
-                            recent, fence)
+    def __init__(self, spark, settings: Settings):
+        # A session of its own on the service's SparkContext: its query is `ingest` like every
+        # pipeline's (a name is unique per session), and its batches' SQL settings its own.
+        self.spark, self.settings, self.name = spark.newSession(), settings, settings.pipeline
+        self.interval = spark_interval(settings.stream_trigger_interval)
+        self.recent = RecentIds()  # the dedup's in-memory index, kept across restarts of the query
+        self.held = ExitStack()
+        self.fence: Fence | None = None
+        self.metrics = None
+        self.query = None
+        self.book: _Bookkeeping | None = None
+        self.restarts = 0
+        self.lost: WriterLockLost | None = None
+        self.failed = None  # the query that failed, once it did
 
-    lost: WriterLockLost | None = None
-    with ExitStack() as held:
-        fence = held.enter_context(checkpoint_lock(settings, INGEST_QUERY))
-        say_lock("took", settings)
-        # Runs before the lock is released (after the query stopped and the last bookkeeping).
-        held.callback(lambda: lost is None and say_lock("releasing", settings))
-        # Before the query starts: the metrics count every record it commits.
-        metrics = held.enter_context(serving(settings, spark))
-        query = start()
-        print(f"streaming {settings.events_topic} -> {settings.root} every {interval}; "
-              "SIGTERM to stop", flush=True)
-        book = _Bookkeeping(spark, settings, metrics, fence)
-        restarts = 0
-        failed = None
-        while not stop.wait(min(settings.stream_trigger_interval.total_seconds(), 5.0)):
+    def start(self) -> None:
+        """Take the lock, start the metrics and the query; on any error release what was taken."""
+        settings = self.settings
+        try:
+            ensure_topic(settings)
+            if warning := retention_shortfall(settings, retention_ms(settings)):
+                print(f"warning: {self.name}: {warning}", file=sys.stderr, flush=True)
+            self.fence = self.held.enter_context(checkpoint_lock(settings, INGEST_QUERY))
+            say_lock("took", settings)
+            # Runs before the lock is released (after the query stopped and the last bookkeeping).
+            self.held.callback(lambda: self.lost is None and say_lock("releasing", settings))
+            # Before the query starts: the metrics count every record it commits.
+            self.metrics = self.held.enter_context(serving(settings, self.spark, serve=False))
+            self.query = self._start_query()
+        except BaseException:
+            self.held.close()
+            raise
+        self.book = _Bookkeeping(self.spark, settings, self.metrics, self.fence)
+        print(f"streaming pipeline {self.name!r}: {settings.events_topic} -> {settings.root} "
+              f"every {self.interval}, from {_position(self.metrics)}", flush=True)
+
+    def _start_query(self):
+        context = self.spark.sparkContext
+        context.setLocalProperty("spark.scheduler.pool", self.name)  # the query thread inherits it
+        try:
+            return start_ingest(self.spark, self.settings,
+                                Trigger(available_now=False, interval=self.interval),
+                                self.recent, self.fence)
+        finally:
+            context.setLocalProperty("spark.scheduler.pool", None)
+
+    def check(self) -> bool:
+        """One poll: bookkeeping and the query's health. False once the pipeline must stop
+        (its lock lost, its query failed past the known restart bug)."""
+        try:
+            self.fence.check()  # a lock lost while paused: stop before the query commits again
+            self.book.poll(self.query)
+        except WriterLockLost as exc:
+            self.lost = exc
+            return False
+        exc = self.query.exception()
+        if exc is None and self.query.isActive:
+            self.restarts = 0
+            return True
+        if lost_lock(exc):
+            self.lost = WriterLockLost(next(line.strip() for line in str(exc).splitlines()
+                                            if WriterLockLost.__name__ in line)[:500])
+            return False
+        if (is_known_restart_bug(exc) or died_silently(self.query)) and self.restarts < MAX_RESTARTS:
+            self.restarts += 1
+            print(f"{self.name}: ingest: restarting after Spark's known post-recovery error "
+                  "(SPARK-55271, or its query thread dying in the Kafka source's progress "
+                  "metrics; the batch had committed)", flush=True)
             try:
-                fence.check()  # a lock lost while paused: stop before the query commits again
-                book.poll(query)
-            except WriterLockLost as exc:
-                lost = exc
-                break
-            exc = query.exception()
-            if exc is None and query.isActive:
-                restarts = 0
-            elif lost_lock(exc):
-                lost = WriterLockLost(next(line.strip() for line in str(exc).splitlines()
-                                           if WriterLockLost.__name__ in line)[:500])
-                break
-            elif (is_known_restart_bug(exc) or died_silently(query)) and restarts < MAX_RESTARTS:
-                restarts += 1
-                print("ingest: restarting after Spark's known post-recovery error "
-                      "(SPARK-55271, or its query thread dying in the Kafka source's progress "
-                      "metrics; the batch had committed)", flush=True)
+                self.book.poll(self.query, record=True)
+                self.fence.check()
+            except WriterLockLost as lost:
+                self.lost = lost
+                return False
+            self.query = self._start_query()
+            self.book.recorded = -1
+            return True
+        self.failed = self.query
+        return False
+
+    def close(self) -> int:
+        """Stop the query, record its last progress (unless the lock is lost), release the lock.
+        Returns this pipeline's exit status (0, 1 failed, LOCK_LOST)."""
+        if self.metrics is not None:
+            self.metrics.query_active = False
+        if self.lost is not None:
+            say_lock(f"LOST ({self.lost}); stopping the query, committing nothing more",
+                     self.settings)
+        with self.held:
+            self.query.stop()
+            if self.lost is None:
                 try:
-                    book.poll(query, record=True)
-                    fence.check()
+                    self.book.poll(self.query, record=True)
                 except WriterLockLost as exc:
-                    lost = exc
-                    break
-                query = start()
-                book.recorded = -1
-            else:
-                failed = query
-                break
-        if lost is not None:
-            say_lock(f"LOST ({lost}); stopping the query, committing nothing more", settings)
-        query.stop()
-        if lost is None:
-            try:
-                book.poll(query, record=True)
-            except WriterLockLost as exc:
-                lost = exc
-                say_lock(f"LOST ({exc}); the last progress rows are not recorded", settings)
-    if lost is not None:
-        print(f"error: the writer lock was lost: {lost}", file=sys.stderr, flush=True)
-        return LOCK_LOST
-    if failed is not None:
-        why = failed.exception() or "its thread ended with no exception (a JVM error, above)"
-        print(f"error: query {failed.name} failed: {why}", file=sys.stderr)
-        return 1
-    print("stopped cleanly", flush=True)
-    return 0
+                    self.lost = exc
+                    say_lock(f"LOST ({exc}); the last progress rows are not recorded",
+                             self.settings)
+        if self.lost is not None:
+            print(f"error: {self.name}: the writer lock was lost: {self.lost}", file=sys.stderr,
+                  flush=True)
+            return LOCK_LOST
+        if self.failed is not None:
+            why = self.failed.exception() or "its thread ended with no exception (a JVM error, above)"
+            print(f"error: {self.name}: query {self.failed.name} failed: {why}", file=sys.stderr,
+                  flush=True)
+            return 1
+        return 0
+
+
+def _position(metrics) -> str:
+    """Where a pipeline's query resumes, for the start line: its checkpoint's offsets."""
+    processed = getattr(metrics, "_processed", None)
+    if not processed:
+        return "the start of its topic or bronze's stamped position"
+    return "offsets " + ", ".join(f"{p}:{o}" for p, o in sorted(processed.items()))
+
+
+# Exit statuses, worst first: a pipeline that lost its lock, failed, could not start.
+_WORST = (LOCK_LOST, 1, 2)
+
+
+def serve(pipelines: list[Settings], stop: threading.Event) -> int:
+    """Run every pipeline's ingest query in one Spark application until `stop` (SIGTERM) or
+    until none is left running. A pipeline that cannot start or fails later is stopped alone
+    (said on stderr, `lakehouse_stream_query_active` 0); the others go on. Exit status: 0 when
+    every pipeline stopped cleanly, else the worst of LOCK_LOST, 1 (a query failed) and 2 (a
+    pipeline could not start)."""
+    spark = get_spark(pipelines[0], extra={"spark.scheduler.mode": "FAIR"})
+    statuses: list[int] = []
+    running: list[PipelineStream] = []
+    for settings in pipelines:
+        stream = PipelineStream(spark, settings)
+        try:
+            stream.start()
+        except (CheckpointBusy, DataLost, TopicReplaced, KafkaException) as exc:
+            print(f"error: pipeline {settings.pipeline!r} not started: {exc}", file=sys.stderr,
+                  flush=True)
+            statuses.append(2)
+            continue
+        except WriterLockLost as exc:  # lost before the query ran (a restart's own commits)
+            say_lock(f"LOST ({exc}); committing nothing more", settings)
+            statuses.append(LOCK_LOST)
+            continue
+        running.append(stream)
+    if not running:
+        return _worst(statuses)
+    streams = list(running)
+    poll = min(5.0, *(s.settings.stream_trigger_interval.total_seconds() for s in running))
+    with exposing([s.metrics for s in streams], pipelines[0].metrics_port):
+        print(f"streaming {len(running)} pipeline(s) in one Spark application: "
+              f"{', '.join(s.name for s in running)}; SIGTERM to stop", flush=True)
+        try:
+            while running and not stop.wait(poll):
+                for stream in [s for s in running if not _healthy(s)]:
+                    running.remove(stream)
+                    statuses.append(stream.close())
+                    if running:
+                        print(f"pipeline {stream.name!r} stopped; still streaming: "
+                              f"{', '.join(s.name for s in running)}", flush=True)
+        finally:
+            statuses.extend(stream.close() for stream in running)
+    status = _worst(statuses)
+    if status == 0:
+        print("stopped cleanly", flush=True)
+    return status
+
+
+def _healthy(stream: PipelineStream) -> bool:
+    """`stream.check()`, an unexpected error in its bookkeeping counted as its failure: one
+    pipeline's trouble never stops the others."""
+    try:
+        return stream.check()
+    except Exception as exc:  # noqa: BLE001 - isolation: this pipeline stops, the rest go on
+        print(f"error: {stream.name}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        stream.failed = stream.query
+        return False
+
+
+def _worst(statuses: list[int]) -> int:
+    return next((s for s in _WORST if s in statuses), 0)
 
 
 class _Bookkeeping:
@@ -195,23 +307,15 @@ def _topic_ends(settings) -> list[PartitionOffsets] | None:
 
 
 def main() -> int:
-    try:  # PIPELINE=<spec.yaml>: that spec's pipeline (its topic, folder and event shape)
-        _, settings = selected_pipeline()
+    try:  # PIPELINE=<spec.yaml>: that pipeline; else the default one and every PIPELINES spec
+        pipelines = service_pipelines()
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    try:
-        return serve(settings, stop)
-    except (CheckpointBusy, DataLost, TopicReplaced) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except WriterLockLost as exc:  # lost before the query ran (a restart's own commits)
-        say_lock(f"LOST ({exc}); committing nothing more", settings)
-        print(f"error: the writer lock was lost: {exc}", file=sys.stderr)
-        return LOCK_LOST
+    return serve(pipelines, stop)
 
 
 if __name__ == "__main__":

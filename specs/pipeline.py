@@ -326,3 +326,14 @@ def selected_pipeline(env: Mapping[str, str] | None = None
         f" with PIPELINES={env['PIPELINES']}" if listed else ""))
     spec = specs[same[0] if same else -1]
     return spec, spec.settings(base, env)
+
+
+def service_pipelines(env: Mapping[str, str] | None = None) -> list[Settings]:
+    """The pipelines `make stream` runs in its one Spark application: the one PIPELINE names
+    (`selected_pipeline`), else the default pipeline and every spec of PIPELINES (validated side
+    by side, as the code location does)."""
+    env = os.environ if env is None else env
+    spec, settings = selected_pipeline(env)
+    if spec is not None:
+        return [settings]
+    return [settings, *(s.settings(settings, env) for s in pipeline_specs(env))]

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lakehouse.kafka_admin import PartitionOffsets
 from lakehouse.settings import Settings
-from service.metrics import StreamMetrics
+from service.metrics import StreamMetrics, exposing
 from testkit.generator import Record, produce
 from transforms.parse import REASONS
 
@@ -69,6 +69,26 @@ def progress(batch_id: int, at: datetime, *, rows: int = 0, ran: bool = True, tr
 
 
 # ---- no Spark ------------------------------------------------------------------------------------
+def test_a_service_of_several_pipelines_serves_them_on_one_port(tmp_path):
+    """One family per metric name, a sample per pipeline (the exposition format allows a name
+    once), and a stopped pipeline's query shown inactive."""
+    a, b = (StreamMetrics(Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path / n),
+                                             "EVENTS_TOPIC": n}).model_copy(
+        update={"pipeline": n}), offsets=lambda _s: []) for n in ("default", "orders"))
+    b.query_active = False
+    port = free_port()
+    with exposing([a, b], port) as up:
+        assert up
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            text = response.read().decode("utf-8")
+    assert text.count("# TYPE lakehouse_stream_batch_duration_seconds histogram") == 1
+    samples = parse(text)
+    assert value(samples, "lakehouse_stream_query_active") == 1
+    assert value(samples, "lakehouse_stream_query_active", pipeline="orders") == 0
+    assert value(samples, "lakehouse_stream_batch_duration_seconds_count", pipeline="orders",
+                 query="ingest") == 0
+
+
 def test_progress_and_kafka_offsets_to_metrics(tmp_path):
     settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path), "EVENTS_TOPIC": "orders",
                                   "WINDOW_SIZE": "1 minute"})

@@ -56,13 +56,20 @@ def fake_service(monkeypatch):
         yield fence
 
     @contextmanager
-    def serving(settings, spark):
+    def serving(settings, spark, **kw):
         yield None
 
+    @contextmanager
+    def exposing(metrics, port):
+        yield False
+
     monkeypatch.setattr(service, "ensure_topic", lambda settings: None)
-    monkeypatch.setattr(service, "get_spark", lambda settings: object())
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(setLocalProperty=lambda *a: None))
+    spark.newSession = lambda: spark
+    monkeypatch.setattr(service, "get_spark", lambda settings, **kw: spark)
     monkeypatch.setattr(service, "checkpoint_lock", lock)
     monkeypatch.setattr(service, "serving", serving)
+    monkeypatch.setattr(service, "exposing", exposing)
     monkeypatch.setattr(service, "start_ingest", lambda *a, **k: query)
     monkeypatch.setattr(service, "record_progress",
                         lambda spark, settings, q, reports, ends: recorded.append(
@@ -79,7 +86,7 @@ def running_service(settings):
     """`service.serve` in a thread for the block, stopped (SIGTERM's event) at its end; yields
     the list its exit status is appended to."""
     stop, done = threading.Event(), []
-    t = threading.Thread(target=lambda: done.append(service.serve(settings, stop)))
+    t = threading.Thread(target=lambda: done.append(service.serve([settings], stop)))
     t.start()
     try:
         yield done
@@ -121,3 +128,44 @@ def test_a_service_says_when_it_held_the_lock(fake_service, capsys):
     assert [line.split()[2] for line in lines] == ["took", "releasing"], lines
     took, released = (int(line.split(" at ")[1].split()[0]) for line in lines)
     assert took <= released
+
+
+def test_one_pipeline_losing_its_lock_stops_alone(fake_service, monkeypatch, capsys):
+    """Two pipelines in one service: the one whose lock is lost stops (its query, no more
+    commits), the other goes on recording until SIGTERM; the exit status says a lock was lost."""
+    settings, _, _, recorded = fake_service
+    fences = {"default": FakeFence(), "orders": FakeFence()}
+    queries = {"default": FakeQuery(), "orders": FakeQuery()}
+    per_pipeline = []
+
+    @contextmanager
+    def lock(settings, name):
+        yield fences[settings.pipeline]
+
+    monkeypatch.setattr(service, "checkpoint_lock", lock)
+    monkeypatch.setattr(service, "start_ingest",
+                        lambda spark, settings, *a, **k: queries[settings.pipeline])
+    monkeypatch.setattr(service, "record_progress",
+                        lambda spark, settings, q, reports, ends: per_pipeline.append(
+                            settings.pipeline))
+    orders = settings.model_copy(update={"pipeline": "orders"})
+    stop, done = threading.Event(), []
+    t = threading.Thread(target=lambda: done.append(service.serve([settings, orders], stop)))
+    t.start()
+    try:
+        wait_for(lambda: {"default", "orders"} <= set(per_pipeline), "both pipelines recording")
+        fences["orders"].lost = True
+        queries["orders"].batch += 1
+        wait_for(lambda: queries["orders"].stopped, "the orders query to stop")
+        n_orders = per_pipeline.count("orders")
+        n_default = per_pipeline.count("default")
+        queries["default"].batch += 1
+        wait_for(lambda: per_pipeline.count("default") > n_default, "default still recording")
+        assert not queries["default"].stopped and not done
+    finally:
+        stop.set()
+        t.join(10)
+    assert per_pipeline.count("orders") == n_orders  # nothing committed after the loss
+    assert queries["default"].stopped and done == [3]  # service.LOCK_LOST
+    out = capsys.readouterr().out
+    assert "pipeline 'orders' stopped; still streaming: default" in out
