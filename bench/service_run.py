@@ -16,6 +16,10 @@ Measured, written to bench/results/service-<rate>-<date>.json:
   materialize` in a fresh process (as a schedule runs it; RUN_NICENESS applies), beside the
   service under load: the freshness of the probes sent while it ran, its duration, and after the
   load a `reconcile_dates` run of the date (its blocking proof must pass);
+- with BENCH_SERVICE_PIPELINES=spec.yaml=rate,... (one service for many pipelines): the default
+  pipeline at BENCH_SERVICE_RATE and each spec's (a copy with a topic of its own) at its rate,
+  in one service (`make stream PIPELINES=...`), each with its own producer and probes (the
+  probe in its first dimension): the same figures per pipeline (`other_pipelines`);
 - with BENCH_SERVICE_BREAKDOWN=1 (the UI on, which slows the service): where a steady batch's
   time goes, the service's Spark jobs from minute 2 on, from its UI's REST API, grouped by
   ingest step, per batch.
@@ -32,6 +36,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -41,32 +46,62 @@ from bench import spark_ui, write_result
 from lakehouse.delta_log import open_table
 from lakehouse.kafka_admin import ensure_topic
 from lakehouse.settings import Settings
+from lakehouse.shape import EventShape
 from lakehouse.table_reads import read
 
 KEYS = 1000
 
 
+def event_maker(shape: EventShape) -> Callable[[int, float, str | None], str]:
+    """JSON events of a pipeline's shape (the default's or a spec's): the i-th event at time
+    `now`, its first dimension `probe` for a probe (else one of KEYS values)."""
+    fmt = shape.event_time.formats[0]
+    probe_dim = shape.dimensions[0].source
+
+    def value(name: str, kind: str, i: int, probe: str | None, now: float) -> str:
+        if name == shape.event_id:
+            return f'"{probe or f"e-{i}"}"' if kind == "string" else str(
+                10 ** 12 + int(probe.split("-")[1]) if probe else i)
+        if name == shape.event_time.field:
+            if fmt == "epoch_millis":
+                return str(int(now * 1000))
+            if fmt == "epoch_seconds":
+                return str(int(now))
+        if name == shape.event_time.field or kind == "timestamp":
+            return '"' + datetime.fromtimestamp(now, tz=UTC).isoformat(timespec="milliseconds") + '"'
+        if name == probe_dim:
+            return f'"{probe or f"k{i % KEYS}"}"'
+        if kind.startswith("decimal"):
+            return "1" if probe else f'"{i % 997}.25"'
+        if kind in ("int", "long"):
+            return str(i % KEYS)
+        return f'"{name}-{i % 7}"'
+
+    def make(i: int, now: float, probe: str | None = None) -> str:
+        return "{" + ",".join(f'"{n}":{value(n, k, i, probe, now)}'
+                              for n, k in shape.fields.items()) + "}"
+
+    return make
+
+
 def produce_at_rate(settings: Settings, rate: int, seconds: int, probes) -> None:
-    """`rate` events/s in 10 slices a second, event_time = now; one probe a second, its send
+    """`rate` events/s in 10 slices a second, event time = now; one probe a second, its send
     time put on `probes`."""
     from confluent_kafka import Producer
 
+    make = event_maker(settings.shape)
     producer = Producer({**settings.client_config, "linger.ms": 20, "batch.num.messages": 10000,
                          "queue.buffering.max.messages": 2_000_000})
     per_slice, sent, start = rate // 10, 0, time.time()
     for tick in range(seconds * 10):
         now = time.time()
-        stamp = datetime.fromtimestamp(now, tz=UTC).isoformat(timespec="milliseconds")
         for i in range(sent, sent + per_slice):
-            producer.produce(settings.events_topic, key=f"k{i % KEYS}", value=(
-                f'{{"event_id":"e-{i}","key":"k{i % KEYS}","event_time":"{stamp}",'
-                f'"value":"{i % 997}.25"}}'))
+            producer.produce(settings.events_topic, key=f"k{i % KEYS}", value=make(i, now))
         sent += per_slice
         if tick % 10 == 0:
             probe = f"probe-{tick // 10}"
             probes.put((probe, time.time()))
-            producer.produce(settings.events_topic, key=probe, value=(
-                f'{{"event_id":"{probe}","key":"{probe}","event_time":"{stamp}","value":"1"}}'))
+            producer.produce(settings.events_topic, key=probe, value=make(0, now, probe))
         producer.poll(0)
         time.sleep(max(0.0, start + (tick + 1) / 10 - time.time()))
     producer.flush(60)
@@ -160,29 +195,117 @@ def window_means(rows: list[dict], column: str, t0: float, minute: tuple[int, in
     return round(statistics.mean(vals), 1) if vals else None
 
 
+class Feed:
+    """One pipeline of the measured service: its producer at `rate`, its probes sent and seen."""
+
+    def __init__(self, settings: Settings, rate: int, seconds: int):
+        self.settings, self.rate, self.name = settings, rate, settings.pipeline
+        self.probes = multiprocessing.Queue()
+        self.producer = multiprocessing.Process(target=produce_at_rate,
+                                                args=(settings, rate, seconds, self.probes))
+        self.probe_column = settings.shape.dimension_names[0]
+        self.sent: dict[str, float] = {}
+        self.seen: dict[str, float] = {}
+        self.done = None
+        self.version = -1
+
+    def take_probes(self) -> None:
+        while not self.probes.empty():
+            item = self.probes.get()
+            if item[0] == "done":
+                self.done = item
+            else:
+                self.sent[item[0]] = item[1]
+
+    def look(self) -> None:
+        """The probes in the newest version of `streaming_aggregates`, at its commit time."""
+        table = open_table(self.settings, "streaming_aggregates")
+        if table is None or table.version() == self.version:
+            return
+        self.version = table.version()
+        committed = table.history(1)[0]["timestamp"] / 1000
+        keys = read(self.settings, "streaming_aggregates")[self.probe_column]
+        for key in pc.filter(keys, pc.starts_with(keys, "probe-")).to_pylist():
+            self.seen.setdefault(key, committed)
+
+    def drained(self) -> bool:
+        return self.done is not None and set(self.sent) <= set(self.seen)
+
+    def stats(self, t0: float, seconds: int) -> dict:
+        progress = open_table(self.settings, "stream_progress").to_pyarrow_table().to_pylist()
+        batches = [r for r in progress if r["query"] == "ingest"]
+        last = (max(1, seconds // 60 - 1), seconds // 60)
+        freshness = [self.seen[p] - self.sent[p] for p in self.sent if p in self.seen]
+        produced = self.done[1] if self.done else None
+        return {
+            "target_rate": self.rate, "produced": produced,
+            "produced_per_s": round(produced / self.done[2]) if self.done else None,
+            "ingested_in_bronze": open_table(self.settings, "bronze_events")
+            .to_pyarrow_dataset().count_rows(),
+            "ingested_per_s_while_producing": round(
+                sum(r["input_rows"] or 0 for r in batches
+                    if r["batch_timestamp"].timestamp() - t0 < seconds) / seconds),
+            "kafka_lag_minute_2": window_means(batches, "kafka_lag", t0, (1, 2)),
+            "kafka_lag_last_minute": window_means(batches, "kafka_lag", t0, last),
+            "freshness_s": {"probes": len(self.sent), "seen": len(freshness),
+                            "p50": percentile(freshness, 0.5), "p95": percentile(freshness, 0.95),
+                            "p99": percentile(freshness, 0.99), "max": percentile(freshness, 1.0)},
+            "batches": len(batches),
+            "batch_duration_s": {
+                q: percentile([r["trigger_ms"] / 1000 for r in batches
+                               if r["trigger_ms"] is not None], p)
+                for q, p in (("p50", 0.5), ("p95", 0.95))},
+            "batch_rows_p50": percentile([r["input_rows"] for r in batches], 0.5),
+            "_batches_steady": sum(1 for r in batches
+                                   if 120 <= r["batch_timestamp"].timestamp() - t0 < seconds),
+        }
+
+
+def spec_feeds(root: Path, text: str) -> list[tuple[Path, int]]:
+    """BENCH_SERVICE_PIPELINES=spec.yaml=rate,...: each spec copied with a topic of its own."""
+    import yaml
+
+    out = []
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        path, rate = item.rsplit("=", 1)
+        spec = yaml.safe_load(Path(path).read_text())
+        spec["topic"] = f"{spec['name']}-{uuid.uuid4().hex[:8]}"
+        copy = root / f"{spec['name']}.yaml"
+        copy.write_text(yaml.safe_dump(spec))
+        out.append((copy, int(rate)))
+    return out
+
+
 def main() -> int:
+    from specs.pipeline import load_spec
     from testkit.faults import output, start_service
 
     seconds = int(os.environ.get("BENCH_SERVICE_SECONDS", "600"))
     rate = int(os.environ.get("BENCH_SERVICE_RATE", "20000"))
     trigger = os.environ.get("BENCH_SERVICE_TRIGGER", "1 second")
     root = Path(f"/tmp/lakehouse-service-bench-{uuid.uuid4().hex[:6]}")
+    root.mkdir(parents=True)
     ui_port = free_port()
     breakdown = os.environ.get("BENCH_SERVICE_BREAKDOWN", "0") == "1"
-    env = {**os.environ, "LAKEHOUSE_ROOT": str(root), "EVENTS_TOPIC": f"svc-{uuid.uuid4().hex[:8]}",
-           "STREAM_TRIGGER_INTERVAL": trigger, "METRICS_PORT": str(free_port())}
+    specs = spec_feeds(root, os.environ.get("BENCH_SERVICE_PIPELINES", ""))
+    env = {**os.environ, "LAKEHOUSE_ROOT": str(root / "lake"),
+           "EVENTS_TOPIC": f"svc-{uuid.uuid4().hex[:8]}", "STREAM_TRIGGER_INTERVAL": trigger,
+           "METRICS_PORT": str(free_port()), "PIPELINES": ",".join(str(p) for p, _ in specs)}
+    env.pop("PIPELINE", None)
     if breakdown:  # the UI's listeners cost the service time: off for the headline figures
         env.update({"SPARK_UI": "true", "SPARK_CONF_spark.ui.port": str(ui_port),
                     "SPARK_CONF_spark.ui.retainedJobs": "100000"})
     replay_events = int(os.environ.get("BENCH_SERVICE_REPLAY_EVENTS", "0"))
     replay_after = float(os.environ.get("BENCH_SERVICE_REPLAY_AFTER", "20"))
     settings = Settings.from_env(env)
-    ensure_topic(settings)
-    root.mkdir(parents=True)
+    feeds = [Feed(settings, rate, seconds), *(
+        Feed(load_spec(path).settings(settings, env), r, seconds) for path, r in specs)]
+    for feed in feeds:
+        ensure_topic(feed.settings)
     if replay_events:
         preload(settings, replay_events)
     svc = start_service(env, log_path=root / "service.log")
-    while "streaming" not in output(svc, 100_000):
+    while "SIGTERM to stop" not in output(svc, 100_000):
         if svc.poll() is not None:
             raise RuntimeError(f"the service died:\n{output(svc)}")
         time.sleep(0.5)
@@ -195,25 +318,18 @@ def main() -> int:
         time.sleep(2)
     replay, replay_span, replay_rc = None, [None, None], None
 
-    probes = multiprocessing.Queue()
-    producer = multiprocessing.Process(target=produce_at_rate, args=(settings, rate, seconds, probes))
     t0 = time.time()
-    producer.start()
-    sent: dict[str, float] = {}
-    seen: dict[str, float] = {}
+    for feed in feeds:
+        feed.producer.start()
     rss: list[tuple[float, float]] = []
-    done = None
-    version = -1
     last_rss = 0.0
     drain_deadline = None
     while True:
-        while not probes.empty():
-            item = probes.get()
-            if item[0] == "done":
-                done, drain_deadline = item, time.time() + 120
-            else:
-                sent[item[0]] = item[1]
+        for feed in feeds:
+            feed.take_probes()
         now = time.time()
+        if drain_deadline is None and all(f.done for f in feeds):
+            drain_deadline = now + 120
         if replay_events and replay is None and now - t0 >= replay_after:
             replay = dagster_run(settings, env, "replay_aggregates", root / "replay.log")
             replay_span[0] = now
@@ -222,20 +338,16 @@ def main() -> int:
         if now - last_rss >= 5:
             rss.append((now - t0, rss_mb(svc.pid)))
             last_rss = now
-        table = open_table(settings, "streaming_aggregates")
-        if table is not None and table.version() != version:
-            version = table.version()
-            committed = table.history(1)[0]["timestamp"] / 1000
-            keys = read(settings, "streaming_aggregates")["key"]
-            for key in pc.filter(keys, pc.starts_with(keys, "probe-")).to_pylist():
-                seen.setdefault(key, committed)
-        if (drain_deadline and (set(sent) <= set(seen) or now > drain_deadline)
+        for feed in feeds:
+            feed.look()
+        if (drain_deadline and (all(f.drained() for f in feeds) or now > drain_deadline)
                 and (replay is None or replay_rc is not None)):
             break
         if svc.poll() is not None:
             raise RuntimeError(f"the service died:\n{output(svc)}")
         time.sleep(0.2)
-    producer.join(30)
+    for feed in feeds:
+        feed.producer.join(30)
     steady = [j for j in spark_ui.jobs(f"http://127.0.0.1:{ui_port}")
               if 120 <= spark_ui.submitted_at(j) - t0 < seconds] if breakdown else []
     proof_rc = None
@@ -246,40 +358,26 @@ def main() -> int:
     svc.send_signal(signal.SIGTERM)
     svc.wait(120)
 
-    progress = open_table(settings, "stream_progress").to_pyarrow_table().to_pylist()
-    batches = [r for r in progress if r["query"] == "ingest"]
     last = (max(1, seconds // 60 - 1), seconds // 60)
-    freshness = [seen[p] - sent[p] for p in sent if p in seen]
-    produced = done[1] if done else None
-    ingested = open_table(settings, "bronze_events").to_pyarrow_dataset().count_rows()
     rss_minute = {m: [v for t, v in rss if m[0] * 60 <= t < m[1] * 60] for m in ((1, 2), last)}
+    stats = {f.name: f.stats(t0, seconds) for f in feeds}
+    default = stats.pop("default")
+    steady_batches = default.pop("_batches_steady")
+    for s in stats.values():
+        s.pop("_batches_steady")
     result = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{os.cpu_count()} cores",
-        "seconds": seconds, "target_rate": rate, "trigger": trigger,
-        "produced": produced,
-        "produced_per_s": round(produced / done[2]) if done else None,
-        "ingested_in_bronze": ingested,
-        "ingested_per_s_while_producing": round(
-            sum(r["input_rows"] or 0 for r in batches
-                if r["batch_timestamp"].timestamp() - t0 < seconds) / seconds),
-        "kafka_lag_minute_2": window_means(batches, "kafka_lag", t0, (1, 2)),
-        "kafka_lag_last_minute": window_means(batches, "kafka_lag", t0, last),
-        "freshness_s": {"probes": len(sent), "seen": len(freshness),
-                        "p50": percentile(freshness, 0.5), "p95": percentile(freshness, 0.95),
-                        "p99": percentile(freshness, 0.99), "max": percentile(freshness, 1.0)},
+        "seconds": seconds, "trigger": trigger,
+        **default,
+        **({"other_pipelines": stats} if stats else {}),
         **({"replay": {
             "events_preloaded": replay_events, "run_niceness": settings.run_niceness,
             "seconds": round(replay_span[1] - replay_span[0], 1), "succeeded": replay_rc == 0,
             "proof_after_passed": proof_rc == 0,
-            "freshness_during_s": during(sent, seen, replay_span)}} if replay else {}),
-        "batches": len(batches),
-        "batch_duration_s": {
-            q: percentile([r["trigger_ms"] / 1000 for r in batches if r["trigger_ms"] is not None], p)
-            for q, p in (("p50", 0.5), ("p95", 0.95))},
-        "batch_rows_p50": percentile([r["input_rows"] for r in batches], 0.5),
-        **({"steady_batch_by_step": spark_ui.by_step(steady, per=max(1, sum(
-            1 for r in batches if 120 <= r["batch_timestamp"].timestamp() - t0 < seconds)))}
+            "freshness_during_s": during(feeds[0].sent, feeds[0].seen, replay_span)}}
+           if replay else {}),
+        **({"steady_batch_by_step": spark_ui.by_step(steady, per=max(1, steady_batches))}
            if breakdown else {}),
         "driver_rss_mb": {"minute_2": percentile(rss_minute[(1, 2)], 0.5),
                           "last_minute": percentile(rss_minute[last], 0.5)},
@@ -289,7 +387,9 @@ def main() -> int:
                                                   .file_uris())},
     }
     print(result)
-    write_result(f"service-{rate}" + (f"-replay-{replay_events}" if replay else ""), result)
+    kind = (f"service-{rate}" + "".join(f"-{n}-{s['target_rate']}" for n, s in stats.items())
+            + (f"-replay-{replay_events}" if replay else ""))
+    write_result(kind, result)
     return 0
 
 
