@@ -63,11 +63,11 @@ def ingest_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
         name=p.named("ingest"),
         specs=[
             dg.AssetSpec(bronze, deps=[raw_events.key], group_name=p.group("ingest"),
-                         kinds={"spark", "delta"}, skippable=True,
+                         kinds={"spark", "delta"}, skippable=True, code_version=p.code_version,
                          description="Every valid Kafka record once (+ quarantined_events for "
                                      "malformed ones), written by the one-pass ingest query."),
             dg.AssetSpec(aggregates, deps=[bronze], group_name=p.group("ingest"),
-                         kinds={"spark", "delta"}, skippable=True,
+                         kinds={"spark", "delta"}, skippable=True, code_version=p.code_version,
                          description="Fast provisional windows (explicit watermark, dedup by "
                                      "event_id) and the late-event lane, written by the same "
                                      "batches as bronze."),

@@ -45,6 +45,12 @@ class Pipeline:
     def name(self) -> str:
         return self.settings.pipeline
 
+    @property
+    def code_version(self) -> str:
+        """The assets' code version: the pipeline's spec version (`Settings.results_version`),
+        so Dagster shows the partitions materialized under an older spec as stale."""
+        return self.settings.results_version
+
     def key(self, name: str) -> AssetKey:
         """An asset key: `bronze_events`, `orders/bronze_events`."""
         return AssetKey([self.prefix, name] if self.prefix else [name])

@@ -326,6 +326,21 @@ class Settings(BaseSettings):
             _ENV.reset(token)
 
     @property
+    def results_version(self) -> str:
+        """A digest of every setting that changes what the tables hold (the event shape: fields,
+        types, id and time rules, dimensions, measures; the window, delay and horizon; the
+        timestamp policy, the skew and size limits, the start date): the pipeline's spec
+        version. The assets' `code_version`: a date materialized under another one is stale."""
+        import hashlib
+        import json
+
+        what = {"shape": self.shape.model_dump(mode="json"),
+                **{k: str(getattr(self, k)) for k in (
+                    "window_size", "watermark_delay", "correction_horizon", "timestamp_policy",
+                    "future_skew", "max_event_bytes", "partitions_start_date")}}
+        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
+
+    @property
     def shuffle_partitions_explicit(self) -> bool:
         """SPARK_SHUFFLE_PARTITIONS was given (else a cluster session sizes them itself)."""
         return "shuffle_partitions" in self.model_fields_set

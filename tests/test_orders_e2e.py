@@ -3,14 +3,18 @@ jobs catch the stream up, correct and prove each date (gold == replay == the ind
 reference), and neither pipeline's runs touch the other's tables or checkpoints."""
 
 import json
+import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
+from dagster import AssetKey
 
+from assets.resources import LakehouseResource
 from lakehouse.table_reads import bronze_dates, read
+from orchestration.definitions import definitions_for
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -225,3 +229,37 @@ def test_orders_service_crashes_lose_and_duplicate_nothing(tmp_path, kafka_boots
     expected = expected_windows_for_spec(spec, records)
     assert table_windows_for_spec(spec, read(settings, "reconciled_aggregates")) == expected
     assert table_windows_for_spec(spec, read(settings, "replay_aggregates")) == expected
+
+
+def test_a_spec_change_leaves_the_dates_computed_before_stale(two_pipelines, tmp_path):
+    """The spec version is the assets' code version: with the spec the dates were computed under,
+    Dagster finds them fresh; after a change of what they hold (a new measure aggregate), stale,
+    the cause a changed code version; a change of no result (another topic) keeps them fresh."""
+    from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+    from dagster._core.loader import LoadingContextForTest
+
+    from assets.pipelines import Pipeline
+    from specs.pipeline import load_spec
+
+    t = two_pipelines
+    gold = AssetKey(["orders", "reconciled_aggregates"])
+
+    def status(spec_data: dict) -> list:
+        path = tmp_path / f"orders-{uuid.uuid4().hex[:6]}.yaml"
+        path.write_text(yaml.safe_dump(spec_data))
+        spec = load_spec(path)
+        settings = spec.settings(t.defs.resources["lakehouse"].settings, {})
+        defs = definitions_for([Pipeline.of(settings, spec.prefix)], LakehouseResource())
+        resolver = CachingStaleStatusResolver(t.instance, defs.get_repository_def().asset_graph,
+                                              LoadingContextForTest(t.instance))
+        return [(resolver.get_status(gold, d.isoformat()),
+                 [c.category.name for c in resolver.get_stale_causes(gold, d.isoformat())])
+                for d in sorted(bronze_dates(t.settings))]
+
+    spec = yaml.safe_load((EXAMPLES / "orders.yaml").read_text())
+    spec["topic"] = t.settings.events_topic
+    assert {s for s, _ in status(spec)} == {StaleStatus.FRESH}
+    assert {s for s, _ in status({**spec, "topic": "orders-elsewhere"})} == {StaleStatus.FRESH}
+    changed = {**spec, "measures": [{"field": "amount", "aggregates": ["sum", "max"]}]}
+    after = status(changed)
+    assert after and all(s == StaleStatus.STALE and "CODE" in c for s, c in after), after

@@ -56,11 +56,11 @@ def daily_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
         specs=[
             dg.AssetSpec(changelog, deps=[p.key("streaming_aggregates")],
                          group_name=p.group("reconcile"), kinds={"spark", "delta"},
-                         skippable=True,
+                         skippable=True, code_version=p.code_version,
                          description="Changelog of every change to a published window "
                                      "(before/after, revision, cause, run id)."),
             dg.AssetSpec(gold, deps=[changelog, replay], group_name=p.group("reconcile"),
-                         kinds={"spark", "delta"}, skippable=True,
+                         kinds={"spark", "delta"}, skippable=True, code_version=p.code_version,
                          description="Gold: exact per-window aggregates, revisioned, Change Data "
                                      "Feed on; proven equal to the replay by a blocking GX "
                                      "check."),
@@ -123,6 +123,7 @@ def daily_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
     @dg.asset(key=replay, deps=[p.key("raw_events")], group_name=p.group("reconcile"),
               kinds={"spark", "kafka", "delta"}, partitions_def=p.partitions,
               backfill_policy=dg.BackfillPolicy.single_run(), pool=p.named(DAILY_POOL),
+              code_version=p.code_version,
               description="Batch recomputation of the date straight from the Kafka log (not "
                           "from bronze, not from stream state), up to the run's log position.")
     def replay_aggregates(context: dg.AssetExecutionContext, lakehouse: LakehouseResource,

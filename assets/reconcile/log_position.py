@@ -20,13 +20,13 @@ RUN_TAG = "lakehouse/bronze_version"
 def pinned_version(context: AssetExecutionContext, spark: SparkResource, settings: Settings) -> int:
     """The run's bronze version: the run tag if set (by an earlier step, or at launch), else the
     newest version now, which is then recorded on the run."""
-    run = context.instance.get_run_by_id(context.run_id) or context.run
+    run = context.instance.get_run_by_id(context.run.run_id) or context.run
     tagged = run.tags.get(RUN_TAG)
     if tagged is not None:
         return int(tagged)
     ensure_tables(spark.session, settings)
     version = delta_log.version(settings, BRONZE.name)
-    context.instance.add_run_tags(context.run_id, {RUN_TAG: str(version)})
+    context.instance.add_run_tags(context.run.run_id, {RUN_TAG: str(version)})
     return version
 
 
