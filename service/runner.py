@@ -66,9 +66,9 @@ def lost_lock(exc: BaseException | None) -> bool:
 
 def died_silently(query) -> bool:
     """The query's thread is gone with no exception recorded: a JVM error (seen: a
-    StackOverflowError in the Kafka source's progress metrics after a restart, Spark 4.1.1)
-    ends the thread without failing the query. Its batch had committed; a restart resumes
-    from the checkpoint."""
+    StackOverflowError in the Kafka source's progress metrics after a restart, Spark 4.1.1;
+    not seen with 4.2.0) ends the thread without failing the query. Its batch had committed;
+    a restart resumes from the checkpoint."""
     return query.exception() is None and not query.isActive
 
 

@@ -72,8 +72,8 @@ def test_crash_restart_lock_and_clean_stop(instance_env, spark):
 
     # The same checkpoint serves a Dagster-style catch-up afterwards (lock released): it finishes
     # a batch the stop interrupted, and ingests what arrived after the stop (a batch it records
-    # in stream_progress: Spark may give no progress report for the batches re-run after a
-    # crash, SPARK-55271).
+    # in stream_progress: Spark 4.1.1 may give no progress report for the batches re-run after
+    # a crash, SPARK-55271).
     produce(settings, chunks[3])
     stream.catch_up(spark, settings)
     valid = valid_in(records)
