@@ -33,14 +33,17 @@ endif
 
 .PHONY: setup system-deps materialize kafka-up kafka-down demo test ui stream bench bench-stages bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
-	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster test-cluster-run
+	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster test-cluster-run \
+	observe-up observe-down daily-metrics dashboards
 
 setup: system-deps $(VENV)/.installed .jars/.fetched dagster-instance
 
 # The Debian packages the targets and tests run (infra/system_packages.sh: installed with apt-get
 # as root; otherwise it prints the command to run and stops): a JDK 17 and Maven for the jars,
-# Kafka and Spark, PostgreSQL's server for the cluster stack and the writer-lock tests.
-SYSTEM_PACKAGES := openjdk-17-jdk-headless=java maven=mvn postgresql=/usr/lib/postgresql/*/bin/initdb
+# Kafka and Spark, PostgreSQL's server for the cluster stack and the writer-lock tests,
+# Prometheus (with promtool) and Alertmanager for `make observe-up` and the rules' tests.
+SYSTEM_PACKAGES := openjdk-17-jdk-headless=java maven=mvn postgresql=/usr/lib/postgresql/*/bin/initdb \
+	prometheus=promtool prometheus-alertmanager=prometheus-alertmanager
 system-deps:
 	@infra/system_packages.sh $(SYSTEM_PACKAGES)
 
@@ -101,6 +104,22 @@ kafka-cluster-down:
 	@test ! -x $(PY) || $(PY) infra/kafka/broker.py cluster-down
 
 cluster-down: s3-down pg-down spark-cluster-down kafka-cluster-down
+
+# Monitoring on loopback (infra/prometheus/observe.py): Prometheus with the rules of
+# infra/prometheus/rules, Alertmanager, and the daily-side exporter, state in .observe/.
+observe-up: setup
+	@$(PY) infra/prometheus/observe.py up
+
+observe-down:
+	@test ! -x $(PY) || $(PY) infra/prometheus/observe.py down
+
+# The daily-side exporter in the foreground (observe-up runs it as a daemon).
+daily-metrics: setup
+	$(PY) -m orchestration.daily_metrics
+
+# The Grafana dashboard JSON (infra/grafana/lakehouse.json) from its generator.
+dashboards: setup
+	$(PY) infra/grafana/dashboard.py > infra/grafana/lakehouse.json
 
 demo: setup kafka-up
 	$(PY) -m testkit.demo
@@ -204,6 +223,6 @@ lint: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/vulture
 
-clean: kafka-down cluster-down
+clean: kafka-down cluster-down observe-down
 	rm -rf .lakehouse .dagster_home .dagster_home_cluster .kafka .s3proxy .postgres .spark \
-	  .kafka-cluster
+	  .kafka-cluster .observe

@@ -48,6 +48,9 @@ from specs.pipeline import selected_pipeline
 
 PROGRESS_EVERY_S = 30.0  # stream_progress bookkeeping: at most one commit per this long
 LOCK_LOST = 3  # exit status of a service that lost its writer lock
+# After losing the lock the metrics stay up this long (lakehouse_writer_lock_held 0), so that
+# Prometheus scrapes the loss before the process exits (SIGTERM cuts it short).
+LOCK_LOST_LINGER_S = 30.0
 
 
 def say_lock(event: str, settings: Settings) -> None:
@@ -92,6 +95,8 @@ def serve(settings: Settings, stop: threading.Event) -> int:
         held.callback(lambda: lost is None and say_lock("releasing", settings))
         # Before the query starts: the metrics count every record it commits.
         metrics = held.enter_context(serving(settings, spark))
+        if metrics is not None:
+            metrics.lock_held(True)
         query = start()
         print(f"streaming {settings.events_topic} -> {settings.root} every {interval}; "
               "SIGTERM to stop", flush=True)
@@ -114,6 +119,8 @@ def serve(settings: Settings, stop: threading.Event) -> int:
                 break
             elif (is_known_restart_bug(exc) or died_silently(query)) and restarts < MAX_RESTARTS:
                 restarts += 1
+                if metrics is not None:
+                    metrics.query_failed(INGEST_QUERY)
                 print("ingest: restarting after Spark's known post-recovery error "
                       "(SPARK-55271, or its query thread dying in the Kafka source's progress "
                       "metrics; the batch had committed)", flush=True)
@@ -127,6 +134,8 @@ def serve(settings: Settings, stop: threading.Event) -> int:
                 book.recorded = -1
             else:
                 failed = query
+                if metrics is not None:
+                    metrics.query_failed(INGEST_QUERY)
                 break
         if lost is not None:
             say_lock(f"LOST ({lost}); stopping the query, committing nothing more", settings)
@@ -137,6 +146,9 @@ def serve(settings: Settings, stop: threading.Event) -> int:
             except WriterLockLost as exc:
                 lost = exc
                 say_lock(f"LOST ({exc}); the last progress rows are not recorded", settings)
+        if lost is not None and metrics is not None:
+            metrics.lock_held(False)
+            stop.wait(LOCK_LOST_LINGER_S)
     if lost is not None:
         print(f"error: the writer lock was lost: {lost}", file=sys.stderr, flush=True)
         return LOCK_LOST

@@ -188,7 +188,7 @@ def scenario(tmp_path_factory, kafka_bootstrap, spark):
         expected = Expected.of(chunks)
         dates = sorted({r.time.date() for r in expected.rows})
         instance = DagsterInstance.ephemeral()
-        outcomes = {"catch_ups": []}
+        outcomes = {"catch_ups": [], "instance": instance}
         for i, chunk in enumerate(chunks):
             produce(settings, chunk)
             result, _ = run_job("stream_catch_up", instance)
