@@ -117,6 +117,7 @@ class Stack:
         self.state_dir = state_dir.resolve()
         self.rules_dir = rules_dir
         self.exporter = exporter
+        self.scrape_daily = exporter  # scrape DAILY_METRICS_PORT (an exporter started elsewhere)
         self.prom_port = _port("PROMETHEUS_PORT", 9090)
         self.am_port = _port("ALERTMANAGER_PORT", 9093)
         self.daily_port = _port("DAILY_METRICS_PORT", 9109)
@@ -187,7 +188,7 @@ class Stack:
                                   env=env, wait_s=120))
         self._write("prometheus.yml", prometheus_config(
             self.interval, self.rules_dir, self.am_port, stream_ports(),
-            self.daily_port if self.exporter else None))
+            self.daily_port if self.scrape_daily else None))
         # A rule file edited since the last `up` is read again by a reload too.
         lines.append(self._up(
             self.prometheus, self.prom_port,
