@@ -13,6 +13,8 @@ import re
 import signal
 import threading
 import time
+import urllib.parse
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -58,6 +60,12 @@ def wait(predicate, svc, what: str, timeout: float = 120) -> None:
         assert svc.poll() is None, f"the service exited: {output(svc)}"
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.5)
+
+
+def has_data(stack, expr: str) -> bool:
+    url = f"{stack.prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return bool(json.loads(r.read())["data"]["result"])
 
 
 def jvm_of(pid: int) -> int:
@@ -115,7 +123,7 @@ def test_stall_and_deserialization_alerts_reach_the_webhook(instance_env, tmp_pa
     jvm = None
     try:
         with observe_stack(tmp_path / "observe", [port], rules_dir=fast_rules(tmp_path),
-                           webhook=hook.url):
+                           webhook=hook.url) as stack:
             wait(lambda: hook.seen("LakehouseDeserializationFailures", "firing"), svc,
                  "the deserialization alert", timeout=240)
             fired = hook.seen("LakehouseDeserializationFailures", "firing")[0]
@@ -123,6 +131,12 @@ def test_stall_and_deserialization_alerts_reach_the_webhook(instance_env, tmp_pa
             assert fired["annotations"]["runbook_url"].endswith("#lakehousedeserializationfailures")
             assert not hook.seen("LakehouseStreamStalled", "firing")  # batches keep coming
 
+            # The stream's position and last batch are known (after its first batch): a stall
+            # is lag with an old last batch.
+            wait(lambda: has_data(stack, "lakehouse_stream_batches_total >= 1")
+                 and has_data(stack, "pipeline:lakehouse_consumer_lag_records:sum")
+                 and has_data(stack, "pipeline:lakehouse_last_batch_age_seconds"), svc,
+                 "the first batch, seen by Prometheus")
             producer.start()
             jvm = jvm_of(svc.pid)
             os.kill(jvm, signal.SIGSTOP)

@@ -60,7 +60,7 @@ def test_every_panel_query_parses_and_finds_data(tmp_path, scenario):
     def batches() -> None:  # a batch every half second, 90 records behind the topic
         for i in range(10_000):
             now = datetime.now(UTC)
-            metrics.observe_progress("ingest", [progress(i, now, rows=5, end={"0": 10})])
+            metrics.observe_progress("ingest", [progress(i, now, rows=5, end={settings.events_topic: {"0": 10}})])
             if stop.wait(0.5):
                 return
 

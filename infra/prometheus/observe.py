@@ -164,6 +164,7 @@ class Stack:
     def up(self) -> str:
         prometheus, alertmanager = binary("prometheus"), binary("prometheus-alertmanager",
                                                                   "alertmanager")
+        ports = stream_ports()  # a bad setting fails before anything starts
         if not any(self.rules_dir.glob("*.yml")):
             raise ServerError(f"no rule files (*.yml) in {self.rules_dir}")
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -187,7 +188,7 @@ class Stack:
                                   f"http://127.0.0.1:{self.daily_port}/metrics", False,
                                   env=env, wait_s=120))
         self._write("prometheus.yml", prometheus_config(
-            self.interval, self.rules_dir, self.am_port, stream_ports(),
+            self.interval, self.rules_dir, self.am_port, ports,
             self.daily_port if self.scrape_daily else None))
         # A rule file edited since the last `up` is read again by a reload too.
         lines.append(self._up(
