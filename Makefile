@@ -34,7 +34,7 @@ endif
 .PHONY: setup system-deps materialize kafka-up kafka-down demo test ui stream bench bench-stages bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster test-cluster-run \
-	observe-up observe-down daily-metrics dashboards
+	observe-up observe-down daily-metrics dashboards test-alerts
 
 setup: system-deps $(VENV)/.installed .jars/.fetched dagster-instance
 
@@ -145,7 +145,13 @@ ui-cluster: setup
 test-cluster: setup
 	@$(MAKE) --no-print-directory cluster-up
 	@$(MAKE) --no-print-directory test-cluster-run; rc=$$?; \
-	  $(MAKE) --no-print-directory cluster-down; exit $$rc
+	  $(MAKE) --no-print-directory cluster-down; \
+	  $(MAKE) --no-print-directory test-alerts || rc=1; exit $$rc
+
+# Alerts end to end on the local stack (tests/alerts: the real service, Prometheus, Alertmanager
+# and a webhook; a minute or two, so not in `make test`); run by test-cluster.
+test-alerts: setup kafka-up
+	$(PY) -m pytest -o addopts=-ra -p no:randomly tests/alerts $(PYTEST_ARGS)
 
 # The scenario alone, on a running cluster stack.
 test-cluster-run: setup
@@ -154,7 +160,7 @@ test-cluster-run: setup
 	  $(PY) -m pytest -o addopts=-ra -o timeout=2400 -p no:randomly tests/cluster $(PYTEST_ARGS)
 
 test: setup lint kafka-up
-	$(PY) -m pytest --ignore=tests/cluster -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest --ignore=tests/cluster --ignore=tests/alerts -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The daemon runs the schedules and sensors, which read the broker.
 ui: setup kafka-up
