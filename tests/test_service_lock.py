@@ -121,3 +121,36 @@ def test_a_service_says_when_it_held_the_lock(fake_service, capsys):
     assert [line.split()[2] for line in lines] == ["took", "releasing"], lines
     took, released = (int(line.split(" at ")[1].split()[0]) for line in lines)
     assert took <= released
+
+
+def test_a_lost_lock_shows_in_the_metrics_before_the_service_exits(fake_service, monkeypatch):
+    """The metrics say the lock is held, then lost, and stay up LOCK_LOST_LINGER_S after the loss
+    (so that Prometheus scrapes it) before the service exits."""
+    settings, fence, query, recorded = fake_service
+    events = []
+
+    class Metrics:
+        def observe_progress(self, query, reports):
+            return 0
+
+        def lock_held(self, held):
+            events.append(("held", held, service.time.monotonic()))
+
+        def query_failed(self, query):
+            events.append(("failed", query))
+
+    @contextmanager
+    def serving(settings, spark):
+        yield Metrics()
+        events.append(("stopped", None, service.time.monotonic()))
+
+    monkeypatch.setattr(service, "serving", serving)
+    monkeypatch.setattr(service, "LOCK_LOST_LINGER_S", 0.5)
+    with running_service(settings) as done:
+        wait_for(lambda: recorded, "a bookkeeping commit while the lock was held")
+        fence.lost = True
+        query.batch += 1
+        wait_for(lambda: done, "the service to stop on its own")
+    assert done == [3]
+    assert [e[:2] for e in events] == [("held", True), ("held", False), ("stopped", None)]
+    assert events[2][2] - events[1][2] >= 0.5  # the metrics lingered

@@ -6,7 +6,8 @@ Uses the Debian binaries (`prometheus`, `prometheus-alertmanager`, which `make s
 its config and data under `.observe/` (OBSERVE_STATE_DIR): `prometheus.yml` and
 `alertmanager.yml` are written there at every `up` from the settings below, with the rules of
 `infra/prometheus/rules/` (recording rules and alerts, `promtool check rules` clean). Ports:
-PROMETHEUS_PORT (9090), ALERTMANAGER_PORT (9093), DAILY_METRICS_PORT (9109, the exporter).
+PROMETHEUS_PORT (9190), ALERTMANAGER_PORT (9193), DAILY_METRICS_PORT (9109, the exporter): not
+the 9090 and 9093 of the packages' own system services (started on install where systemd runs).
 Scraped: every pipeline's service (`make stream`, one port per pipeline: STREAM_METRICS_PORTS,
 comma-separated, default METRICS_PORT or 9108) and the exporter, every OBSERVE_SCRAPE_INTERVAL
 (15s; rules evaluated as often). Alerts go to Alertmanager, which posts them to
@@ -118,8 +119,8 @@ class Stack:
         self.rules_dir = rules_dir
         self.exporter = exporter
         self.scrape_daily = exporter  # scrape DAILY_METRICS_PORT (an exporter started elsewhere)
-        self.prom_port = _port("PROMETHEUS_PORT", 9090)
-        self.am_port = _port("ALERTMANAGER_PORT", 9093)
+        self.prom_port = _port("PROMETHEUS_PORT", 9190)
+        self.am_port = _port("ALERTMANAGER_PORT", 9193)
         self.daily_port = _port("DAILY_METRICS_PORT", 9109)
         self.interval = _env("OBSERVE_SCRAPE_INTERVAL", "15s")
         self.prometheus = Daemon("Prometheus", self.state_dir / "prometheus.pid",
