@@ -119,7 +119,8 @@ daily-metrics: setup
 
 # The Grafana dashboard JSON (infra/grafana/lakehouse.json) from its generator.
 dashboards: setup
-	$(PY) infra/grafana/dashboard.py > infra/grafana/lakehouse.json
+	$(PY) infra/grafana/dashboard.py > infra/grafana/lakehouse.json.tmp
+	mv infra/grafana/lakehouse.json.tmp infra/grafana/lakehouse.json
 
 demo: setup kafka-up
 	$(PY) -m testkit.demo

@@ -3,7 +3,8 @@
 webhook receiver in the test. Malformed records raise LakehouseDeserializationFailures; with
 records flowing, stopping the service's Spark driver (SIGSTOP to its JVM: the service's Python
 process keeps serving /metrics, as in a hung JVM or a long GC pause) raises
-LakehouseStreamStalled, which resolves after SIGCONT."""
+LakehouseStreamStalled, which resolves after SIGCONT; the whole service stopped raises
+LakehouseServiceDown, resolved after SIGCONT."""
 
 from __future__ import annotations
 
@@ -120,7 +121,7 @@ def test_stall_and_deserialization_alerts_reach_the_webhook(instance_env, tmp_pa
             i += 1
 
     producer = threading.Thread(target=traffic, daemon=True)
-    jvm = None
+    jvm, group_stopped = None, False
     try:
         with observe_stack(tmp_path / "observe", [port], rules_dir=fast_rules(tmp_path),
                            webhook=hook.url) as stack:
@@ -151,10 +152,24 @@ def test_stall_and_deserialization_alerts_reach_the_webhook(instance_env, tmp_pa
             jvm = None
             wait(lambda: hook.seen("LakehouseStreamStalled", "resolved"), svc,
                  "the stall alert resolved")
+
+            # The whole service stopped (its Python process too): /metrics does not answer.
+            os.killpg(svc.pid, signal.SIGSTOP)
+            group_stopped = True
+            wait(lambda: [a for a in hook.seen("LakehouseServiceDown", "firing")
+                          if datetime.fromisoformat(a["startsAt"].replace("Z", "+00:00"))
+                          >= stopped_wall], svc, "the service-down alert")
+            n = len(hook.seen("LakehouseServiceDown", "resolved"))
+            os.killpg(svc.pid, signal.SIGCONT)
+            group_stopped = False
+            wait(lambda: len(hook.seen("LakehouseServiceDown", "resolved")) > n, svc,
+                 "the service-down alert resolved")
     finally:
         stop.set()
         if jvm is not None:
             os.kill(jvm, signal.SIGCONT)
+        if group_stopped:
+            os.killpg(svc.pid, signal.SIGCONT)
         hook.server.shutdown()
         if svc.poll() is None:
             svc.send_signal(signal.SIGTERM)
