@@ -33,14 +33,17 @@ endif
 
 .PHONY: setup system-deps materialize kafka-up kafka-down demo test ui stream bench bench-stages bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
-	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster test-cluster-run
+	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster test-cluster-run \
+	observe-up observe-down daily-metrics dashboards test-alerts
 
 setup: system-deps $(VENV)/.installed .jars/.fetched dagster-instance
 
 # The Debian packages the targets and tests run (infra/system_packages.sh: installed with apt-get
 # as root; otherwise it prints the command to run and stops): a JDK 17 and Maven for the jars,
-# Kafka and Spark, PostgreSQL's server for the cluster stack and the writer-lock tests.
-SYSTEM_PACKAGES := openjdk-17-jdk-headless=java maven=mvn postgresql=/usr/lib/postgresql/*/bin/initdb
+# Kafka and Spark, PostgreSQL's server for the cluster stack and the writer-lock tests,
+# Prometheus (with promtool) and Alertmanager for `make observe-up` and the rules' tests.
+SYSTEM_PACKAGES := openjdk-17-jdk-headless=java maven=mvn postgresql=/usr/lib/postgresql/*/bin/initdb \
+	prometheus=promtool prometheus-alertmanager=prometheus-alertmanager
 system-deps:
 	@infra/system_packages.sh $(SYSTEM_PACKAGES)
 
@@ -102,6 +105,23 @@ kafka-cluster-down:
 
 cluster-down: s3-down pg-down spark-cluster-down kafka-cluster-down
 
+# Monitoring on loopback (infra/prometheus/observe.py): Prometheus with the rules of
+# infra/prometheus/rules, Alertmanager, and the daily-side exporter, state in .observe/.
+observe-up: setup
+	@$(PY) infra/prometheus/observe.py up
+
+observe-down:
+	@test ! -x $(PY) || $(PY) infra/prometheus/observe.py down
+
+# The daily-side exporter in the foreground (observe-up runs it as a daemon).
+daily-metrics: setup
+	$(PY) -m orchestration.daily_metrics
+
+# The Grafana dashboard JSON (infra/grafana/lakehouse.json) from its generator.
+dashboards: setup
+	$(PY) infra/grafana/dashboard.py > infra/grafana/lakehouse.json.tmp
+	mv infra/grafana/lakehouse.json.tmp infra/grafana/lakehouse.json
+
 demo: setup kafka-up
 	$(PY) -m testkit.demo
 
@@ -126,7 +146,13 @@ ui-cluster: setup
 test-cluster: setup
 	@$(MAKE) --no-print-directory cluster-up
 	@$(MAKE) --no-print-directory test-cluster-run; rc=$$?; \
-	  $(MAKE) --no-print-directory cluster-down; exit $$rc
+	  $(MAKE) --no-print-directory cluster-down; \
+	  $(MAKE) --no-print-directory test-alerts || rc=1; exit $$rc
+
+# Alerts end to end on the local stack (tests/alerts: the real service, Prometheus, Alertmanager
+# and a webhook; a minute or two, so not in `make test`); run by test-cluster.
+test-alerts: setup kafka-up
+	$(PY) -m pytest -o addopts=-ra -p no:randomly tests/alerts $(PYTEST_ARGS)
 
 # The scenario alone, on a running cluster stack.
 test-cluster-run: setup
@@ -135,7 +161,7 @@ test-cluster-run: setup
 	  $(PY) -m pytest -o addopts=-ra -o timeout=2400 -p no:randomly tests/cluster $(PYTEST_ARGS)
 
 test: setup lint kafka-up
-	$(PY) -m pytest --ignore=tests/cluster -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest --ignore=tests/cluster --ignore=tests/alerts -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The daemon runs the schedules and sensors, which read the broker.
 ui: setup kafka-up
@@ -204,6 +230,6 @@ lint: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/vulture
 
-clean: kafka-down cluster-down
+clean: kafka-down cluster-down observe-down
 	rm -rf .lakehouse .dagster_home .dagster_home_cluster .kafka .s3proxy .postgres .spark \
-	  .kafka-cluster
+	  .kafka-cluster .observe

@@ -286,6 +286,12 @@ class Settings(BaseSettings):
     maintenance_cron: Cron = _env("MAINTENANCE_CRON", "0 4 * * *")
     stream_freshness: Duration = _env("STREAM_FRESHNESS", timedelta(minutes=15))
     reconciled_deadline_cron: Cron = _env("RECONCILED_DEADLINE_CRON", "0 3 * * *")
+    # The service's SLO budgets (exported as `lakehouse_slo_budget_seconds`, compared against by
+    # the alert rules of infra/prometheus/rules): a stream with lag and no batch for longer than
+    # stall_after is stalled; lag and end-to-end latency over their budgets alert.
+    stall_after: Duration = _env("STALL_AFTER", timedelta(minutes=5))
+    lag_budget: Duration = _env("LAG_BUDGET", timedelta(minutes=5))
+    latency_budget: Duration = _env("LATENCY_BUDGET", timedelta(minutes=2))
     # `make stream` serves Prometheus metrics on 127.0.0.1:<metrics_port>/metrics.
     metrics_port: Annotated[int, Field(ge=1, le=65535)] = _env("METRICS_PORT", 9108)
     # `make demo`: Dagster's event stream and Spark's output on the console (DEMO_VERBOSE=1).

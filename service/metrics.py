@@ -17,7 +17,12 @@ Nothing here runs a Spark job. The sources are:
   quarantined records are rare. Counting from the log instead of in the batch keeps the
   foreachBatch hot path as it was, and counts exactly what was committed (a re-run batch finds
   its own append and adds nothing); each late record is also a row dropped by the watermark;
-- bronze's Delta log: the watermark stamped on its newest stream commit;
+- bronze's Delta log: the watermark stamped on its newest stream commit, and each new stream
+  commit's time and the broker append times of the records it added (the `add` actions'
+  min/max `kafka_timestamp` statistics): the end-to-end latency of each batch and the time the
+  stream is behind the topic (lag in seconds);
+- the service's own state: failed queries, the writer lock (held, lost), and the SLO budgets of
+  its settings (`lakehouse_slo_budget_seconds`), which the alert rules compare against;
 - the streaming checkpoints, once at start (`seed_from_checkpoints`): the last committed
   positions, watermark and commit times, so lag and freshness are known before the first batch
   of a restarted service finishes.
@@ -36,6 +41,7 @@ import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -43,7 +49,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from lakehouse import storage
 from lakehouse.catalog import INGEST_QUERY
 from lakehouse.commit_tags import stream_watermark
-from lakehouse.delta_log import LogFollower, data_file_uri
+from lakehouse.delta_log import LogFollower, commit_versions, data_file_uri
 from lakehouse.kafka_admin import PartitionOffsets, consumer_lag, topic_offsets
 from lakehouse.progress_reports import BatchReport
 from lakehouse.settings import Settings
@@ -54,6 +60,7 @@ QUERIES = (INGEST_QUERY,)
 ADDRESS = "127.0.0.1"
 POLL_SECONDS = 5.0
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, math.inf)
+LATENCY_BUCKETS = (1, 2.5, 5, 10, 15, 20, 30, 45, 60, 120, 300, 600, 1800, 3600, math.inf)
 # Before its first event a query reports watermark 0 (1970-01-01): that is "no watermark yet".
 NO_WATERMARK_BEFORE_S = 86_400
 
@@ -81,6 +88,27 @@ def appended(follower: LogFollower) -> list[dict]:
 
 def _records(add: dict) -> int:
     return int(json.loads(add.get("stats") or "{}").get("numRecords", 0))
+
+
+def _stat_seconds(value) -> float | None:
+    """A timestamp statistic (`2026-11-25T10:00:00.123Z`) as unix seconds."""
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def broker_times(adds: Iterable[dict]) -> tuple[float, float] | None:
+    """(oldest, newest) broker append time (unix seconds) of the records in these added files,
+    from their min/max `kafka_timestamp` statistics; None when none has them."""
+    lows, highs = [], []
+    for add in adds:
+        stats = json.loads(add.get("stats") or "{}")
+        lo = _stat_seconds((stats.get("minValues") or {}).get("kafka_timestamp"))
+        hi = _stat_seconds((stats.get("maxValues") or {}).get("kafka_timestamp"))
+        if lo is not None and hi is not None:
+            lows.append(lo)
+            highs.append(hi)
+    return (min(lows), max(highs)) if lows else None
 
 
 def reasons_of(table_uri: str, adds: Iterable[dict]) -> Tally:
@@ -150,19 +178,42 @@ class StreamMetrics:
         self.quarantined = Counter(
             "lakehouse_quarantined_records",
             "Records appended to quarantined_events, by reason code.", ["reason"], registry=r)
+        self.batches = Counter(
+            "lakehouse_stream_batches",
+            "Micro-batches the query completed (committed), from its progress reports.",
+            ["query"], registry=r)
+        self.batch_failures = Counter(
+            "lakehouse_stream_batch_failures",
+            "Times the query failed (it is restarted after Spark's known post-recovery error, "
+            "else the service stops).", ["query"], registry=r)
+        self.latency = Histogram(
+            "lakehouse_end_to_end_latency_seconds",
+            "Per bronze stream commit: its commit time minus the oldest broker append time of "
+            "the records it added (the longest any record of the batch waited to be committed).",
+            registry=r, buckets=LATENCY_BUCKETS)
+        self.lock_losses = Counter(
+            "lakehouse_writer_lock_losses",
+            "Times the service lost its writer lock (it stops the query and exits 3).",
+            registry=r)
         self.poll_errors = Counter(
             "lakehouse_metrics_poll_errors",
-            "Failed polls of a metrics source (kafka, quarantined_events, late_events).",
+            "Failed polls of a metrics source (kafka, quarantined_events, late_events, "
+            "bronze_events).",
             ["source"], registry=r)
         for q in QUERIES:
             self.batch_duration.labels(q)
             self.input_records.labels(q)
+            self.batches.labels(q)
+            self.batch_failures.labels(q)
         self.dropped.labels(INGEST_QUERY)
         for reason in reasons(settings.shape):
             self.quarantined.labels(reason)
         for source in ("kafka", "quarantined_events", "late_events", "bronze_events"):
             self.poll_errors.labels(source)
         self._rates: dict[tuple[str, str], float] = {}
+        self._lock_held: bool | None = None  # unknown until the runner says
+        self._processed_broker_s: float | None = None  # newest broker time committed to bronze
+        self._seen_bronze = False  # the first bronze round only positions (no latency sample)
         r.register(_Gauges(self))
 
     # ---- progress --------------------------------------------------------------------------
@@ -182,6 +233,7 @@ class StreamMetrics:
         started = r.timestamp.timestamp() if r.timestamp is not None else None
         seconds = r.trigger_ms / 1000
         if r.executed:  # else an idle report: no batch ran
+            self.batches.labels(query).inc()
             self.batch_duration.labels(query).observe(seconds)
             self.input_records.labels(query).inc(r.input_rows)
         with self._lock:
@@ -216,6 +268,17 @@ class StreamMetrics:
                 if t is not None:
                     self._last_success.setdefault(q, t)
 
+    # ---- the runner's events ---------------------------------------------------------------
+    def lock_held(self, held: bool) -> None:
+        """The writer lock was taken (True) or lost (False)."""
+        with self._lock:
+            if self._lock_held and not held:
+                self.lock_losses.inc()
+            self._lock_held = held
+
+    def query_failed(self, query: str) -> None:
+        self.batch_failures.labels(query).inc()
+
     # ---- polling ---------------------------------------------------------------------------
     def _follow(self, name: str) -> LogFollower:
         if name not in self._followers:
@@ -238,6 +301,12 @@ class StreamMetrics:
         from now on are counted (call before the queries start)."""
         for name in ("quarantined_events", "late_events"):
             self._guard(name, lambda name=name: self._follow(name))
+
+        def bronze() -> None:  # from its newest commit: the broker time it has reached
+            uri = self.settings.table_path("bronze_events")
+            self._followers["bronze_events"] = LogFollower(
+                uri, start=max(-1, max(commit_versions(uri), default=-1) - 1))
+        self._guard("bronze_events", bronze)
 
     def poll(self) -> None:
         """One round: Kafka end offsets, then the new commits of the two Delta tables."""
@@ -264,10 +333,23 @@ class StreamMetrics:
                 with self._lock:
                     self._watermark_s = max(self._watermark_s or 0.0, wm.timestamp())
 
+        def bronze() -> None:
+            for commit in self._follow("bronze_events").new_commits():
+                times = broker_times(commit.appended())
+                if times is None or commit.timestamp < 0:
+                    continue
+                oldest, newest = times
+                if self._seen_bronze:
+                    self.latency.observe(max(0.0, commit.timestamp / 1000 - oldest))
+                with self._lock:
+                    self._processed_broker_s = max(self._processed_broker_s or 0.0, newest)
+            self._seen_bronze = True
+
         self._guard("kafka", kafka)
         self._guard("quarantined_events", quarantine)
         self._guard("late_events", late)
         self._guard("bronze_events", watermark)
+        self._guard("bronze_events", bronze)
 
     def _run(self) -> None:
         while True:
@@ -284,19 +366,52 @@ class StreamMetrics:
                 return {}
             return consumer_lag(self._topic_offsets, self._processed)
 
+    def budgets(self) -> dict[str, float]:
+        s = self.settings
+        return {"stall": s.stall_after.total_seconds(), "lag": s.lag_budget.total_seconds(),
+                "latency": s.latency_budget.total_seconds(),
+                "freshness": s.stream_freshness.total_seconds(),
+                "watermark_delay": s.watermark_delay.total_seconds()}
+
     def gauges(self) -> Iterator[Metric]:
         now = self._clock()
         with self._lock:
             watermark = self._watermark_s
             last_success = dict(self._last_success)
             rates = dict(self._rates)
+        with self._lock:
+            held, reached = self._lock_held, self._processed_broker_s
         lag = GaugeMetricFamily(
             "lakehouse_kafka_consumer_lag_records",
             "Kafka end offset minus the ingest query's processed end offset, per partition.",
             labels=["topic", "partition"])
-        for p, n in self.lag().items():
+        behind = self.lag()
+        for p, n in behind.items():
             lag.add_metric([self.settings.events_topic, str(p)], n)
         yield lag
+        lag_s = GaugeMetricFamily(
+            "lakehouse_kafka_consumer_lag_seconds",
+            "How far in time the stream is behind the topic: 0 without lag, else now minus the "
+            "newest broker append time committed to bronze (an upper bound of the oldest "
+            "unprocessed record's wait).")
+        if behind and not any(behind.values()):
+            lag_s.add_metric([], 0.0)
+        elif behind and reached is not None:
+            lag_s.add_metric([], max(0.0, now - reached))
+        yield lag_s
+        budgets = GaugeMetricFamily(
+            "lakehouse_slo_budget_seconds",
+            "The service's SLO budgets from its settings (the alert thresholds): stall "
+            "(STALL_AFTER), lag (LAG_BUDGET), latency (LATENCY_BUDGET), freshness "
+            "(STREAM_FRESHNESS), watermark_delay (WATERMARK_DELAY).", labels=["slo"])
+        for slo, value in self.budgets().items():
+            budgets.add_metric([slo], value)
+        yield budgets
+        if held is not None:
+            yield GaugeMetricFamily(
+                "lakehouse_writer_lock_held",
+                "1 while the service holds the stream's writer lock, 0 once it lost it.",
+                value=1.0 if held else 0.0)
         for kind, doc in (("input", "Records per second arriving at the query in its last "
                                     "trigger (inputRowsPerSecond)."),
                           ("processed", "Records per second the query processed in its last "

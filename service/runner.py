@@ -48,6 +48,9 @@ from specs.pipeline import service_pipelines
 
 PROGRESS_EVERY_S = 30.0  # stream_progress bookkeeping: at most one commit per this long
 LOCK_LOST = 3  # exit status of a service that lost its writer lock
+# After losing the lock the metrics stay up this long (lakehouse_writer_lock_held 0), so that
+# Prometheus scrapes the loss before the process exits (SIGTERM cuts it short).
+LOCK_LOST_LINGER_S = 30.0
 
 
 def say_lock(event: str, settings: Settings) -> None:
@@ -106,6 +109,8 @@ class PipelineStream:
             self.held.callback(lambda: self.lost is None and say_lock("releasing", settings))
             # Before the query starts: the metrics count every record it commits.
             self.metrics = self.held.enter_context(serving(settings, self.spark, serve=False))
+            if self.metrics is not None:
+                self.metrics.lock_held(True)
             self.query = self._start_query()
         except BaseException:
             self.held.close()
@@ -143,6 +148,8 @@ class PipelineStream:
             return False
         if (is_known_restart_bug(exc) or died_silently(self.query)) and self.restarts < MAX_RESTARTS:
             self.restarts += 1
+            if self.metrics is not None:
+                self.metrics.query_failed(INGEST_QUERY)
             print(f"{self.name}: ingest: restarting after Spark's known post-recovery error "
                   "(SPARK-55271, or its query thread dying in the Kafka source's progress "
                   "metrics; the batch had committed)", flush=True)
@@ -156,6 +163,8 @@ class PipelineStream:
             self.book.recorded = -1
             return True
         self.failed = self.query
+        if self.metrics is not None:
+            self.metrics.query_failed(INGEST_QUERY)
         return False
 
     def close(self) -> int:
@@ -175,6 +184,8 @@ class PipelineStream:
                     self.lost = exc
                     say_lock(f"LOST ({exc}); the last progress rows are not recorded",
                              self.settings)
+            if self.lost is not None and self.metrics is not None:
+                self.metrics.lock_held(False)
         if self.lost is not None:
             print(f"error: {self.name}: the writer lock was lost: {self.lost}", file=sys.stderr,
                   flush=True)
@@ -239,6 +250,9 @@ def serve(pipelines: list[Settings], stop: threading.Event) -> int:
                               f"{', '.join(s.name for s in running)}", flush=True)
         finally:
             statuses.extend(stream.close() for stream in running)
+        if LOCK_LOST in statuses and any(s.metrics is not None for s in streams):
+            # Prometheus scrapes the loss before the endpoint goes.
+            stop.wait(LOCK_LOST_LINGER_S)
     status = _worst(statuses)
     if status == 0:
         print("stopped cleanly", flush=True)

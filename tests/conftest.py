@@ -188,7 +188,7 @@ def scenario(tmp_path_factory, kafka_bootstrap, spark):
         expected = Expected.of(chunks)
         dates = sorted({r.time.date() for r in expected.rows})
         instance = DagsterInstance.ephemeral()
-        outcomes = {"catch_ups": []}
+        outcomes = {"catch_ups": [], "instance": instance}
         for i, chunk in enumerate(chunks):
             produce(settings, chunk)
             result, _ = run_job("stream_catch_up", instance)
@@ -206,3 +206,31 @@ def scenario(tmp_path_factory, kafka_bootstrap, spark):
             result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
             outcomes[d] = (result.success, {c.check_name: c for c in checks})
         yield settings, expected, dates, outcomes, chunks
+
+
+@contextmanager
+def observe_stack(state: Path, stream_ports: list[int], rules_dir: Path | None = None,
+                  webhook: str | None = None, interval: str = "1s", daily_port: int | None = None):
+    """Prometheus and Alertmanager (the Debian binaries, started by infra/prometheus/observe.py,
+    the script behind `make observe-up`) on free ports in `state`, scraping `stream_ports`
+    every `interval` (and a daily exporter's `daily_port`), alerts posted to `webhook`; yields the
+    `Stack`. Stopped at the end."""
+    from lakehouse.env import overridden
+    from testkit.infra import infra_module
+
+    observe = infra_module("prometheus/observe.py")
+    env = {"PROMETHEUS_PORT": str(free_port()), "ALERTMANAGER_PORT": str(free_port()),
+           "STREAM_METRICS_PORTS": ",".join(map(str, stream_ports)),
+           "OBSERVE_SCRAPE_INTERVAL": interval, "ALERT_WEBHOOK_URL": webhook or "",
+           "ALERT_GROUP_WAIT": "1s", "DAILY_METRICS_PORT": str(daily_port or free_port())}
+    with overridden(env):
+        stack = observe.Stack(state, rules_dir or observe.RULES, exporter=False)
+        stack.scrape_daily = daily_port is not None
+        try:
+            stack.up()
+        except observe.ServerError as exc:
+            pytest.fail(f"the monitoring stack did not start: {exc}")
+        try:
+            yield stack
+        finally:
+            stack.down()

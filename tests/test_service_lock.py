@@ -169,3 +169,39 @@ def test_one_pipeline_losing_its_lock_stops_alone(fake_service, monkeypatch, cap
     assert queries["default"].stopped and done == [3]  # service.LOCK_LOST
     out = capsys.readouterr().out
     assert "pipeline 'orders' stopped; still streaming: default" in out
+
+
+def test_a_lost_lock_shows_in_the_metrics_before_the_service_exits(fake_service, monkeypatch):
+    """The metrics say the lock is held, then lost, and the endpoint stays up
+    LOCK_LOST_LINGER_S after the loss (so that Prometheus scrapes it) before the service exits."""
+    settings, fence, query, recorded = fake_service
+    events = []
+
+    class Metrics:
+        registry = None
+
+        def observe_progress(self, query, reports):
+            return 0
+
+        def lock_held(self, held):
+            events.append(("held", held, service.time.monotonic()))
+
+        def query_failed(self, query):
+            events.append(("failed", query))
+
+    @contextmanager
+    def serving(settings, spark, **kw):
+        yield Metrics()
+        events.append(("stopped", None, service.time.monotonic()))
+
+    monkeypatch.setattr(service, "serving", serving)
+    monkeypatch.setattr(service, "LOCK_LOST_LINGER_S", 0.5)
+    with running_service(settings) as done:
+        wait_for(lambda: recorded, "a bookkeeping commit while the lock was held")
+        fence.lost = True
+        query.batch += 1
+        wait_for(lambda: done, "the service to stop on its own")
+        exited = service.time.monotonic()
+    assert done == [3]
+    assert [e[:2] for e in events] == [("held", True), ("held", False), ("stopped", None)]
+    assert exited - events[1][2] >= 0.5  # the endpoint lingered

@@ -1,0 +1,177 @@
+"""Alerts end to end: the real service (`make stream`), the real Prometheus and Alertmanager
+(`observe_stack`, the Debian binaries with the project's rules, `for:` shortened to 0s), and a
+webhook receiver in the test. Malformed records raise LakehouseDeserializationFailures; with
+records flowing, stopping the service's Spark driver (SIGSTOP to its JVM: the service's Python
+process keeps serving /metrics, as in a hung JVM or a long GC pause) raises
+LakehouseStreamStalled, which resolves after SIGCONT; the whole service stopped raises
+LakehouseServiceDown, resolved after SIGCONT."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from conftest import REPO, free_port, observe_stack
+
+from testkit.faults import output, start_service
+from testkit.generator import Record, produce
+
+STALL_AFTER_S = 15
+
+
+class Webhook:
+    """Alertmanager's webhook receiver: every notification's alerts, in arrival order."""
+
+    def __init__(self):
+        self.alerts: list[dict] = []
+        received = self.alerts
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                received.extend(body["alerts"])
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
+
+    def seen(self, name: str, status: str) -> list[dict]:
+        return [a for a in list(self.alerts)
+                if a["labels"]["alertname"] == name and a["status"] == status]
+
+
+def wait(predicate, svc, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert svc.poll() is None, f"the service exited: {output(svc)}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def has_data(stack, expr: str) -> bool:
+    url = f"{stack.prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return bool(json.loads(r.read())["data"]["result"])
+
+
+def jvm_of(pid: int) -> int:
+    """The Spark driver JVM the service (pid, its own process group) started."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            comm = (proc / "comm").read_text().strip()
+        except OSError:
+            continue
+        pgrp = int(stat.rsplit(")", 1)[1].split()[2])
+        if pgrp == pid and comm == "java":
+            return int(proc.name)
+    raise AssertionError(f"no JVM in the service's process group {pid}")
+
+
+def event(i: int, at: datetime) -> Record:
+    payload = json.dumps({"event_id": f"e{i}", "key": f"k{i % 3}",
+                          "event_time": at.isoformat(), "value": 1})
+    return Record(b"k", payload.encode(), "event")
+
+
+def fast_rules(tmp: Path) -> Path:
+    """The project's rules with every `for:` at 0s: the test waits for conditions, not hours."""
+    out = tmp / "rules"
+    out.mkdir()
+    for f in (REPO / "infra/prometheus/rules").glob("*.yml"):
+        (out / f.name).write_text(re.sub(r"^(\s+for:) \S+$", r"\1 0s", f.read_text(),
+                                         flags=re.MULTILINE))
+    return out
+
+
+@pytest.mark.slow
+def test_stall_and_deserialization_alerts_reach_the_webhook(instance_env, tmp_path):
+    settings = instance_env
+    port = free_port()
+    env = {**os.environ, "STREAM_TRIGGER_INTERVAL": "1 second", "METRICS_PORT": str(port),
+           "STALL_AFTER": f"{STALL_AFTER_S} seconds"}
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+    produce(settings, [event(i, base + timedelta(seconds=i)) for i in range(5)]
+            + [Record(b"k", b"not json", "invalid_json")])
+    hook = Webhook()
+    svc = start_service(env, tmp_path / "service.log")
+    stop = threading.Event()
+
+    def traffic() -> None:  # records keep arriving throughout
+        i = 100
+        while not stop.wait(1.0):
+            produce(settings, [event(i, datetime.now(UTC))])
+            i += 1
+
+    producer = threading.Thread(target=traffic, daemon=True)
+    jvm, group_stopped = None, False
+    try:
+        with observe_stack(tmp_path / "observe", [port], rules_dir=fast_rules(tmp_path),
+                           webhook=hook.url) as stack:
+            wait(lambda: hook.seen("LakehouseDeserializationFailures", "firing"), svc,
+                 "the deserialization alert", timeout=240)
+            fired = hook.seen("LakehouseDeserializationFailures", "firing")[0]
+            assert fired["labels"]["reason"] == "invalid_json"
+            assert fired["annotations"]["runbook_url"].endswith("#lakehousedeserializationfailures")
+            assert not hook.seen("LakehouseStreamStalled", "firing")  # batches keep coming
+
+            # The stream's position and last batch are known (after its first batch): a stall
+            # is lag with an old last batch.
+            wait(lambda: has_data(stack, "lakehouse_stream_batches_total >= 1")
+                 and has_data(stack, "pipeline:lakehouse_consumer_lag_records:sum")
+                 and has_data(stack, "pipeline:lakehouse_last_batch_age_seconds"), svc,
+                 "the first batch, seen by Prometheus")
+            producer.start()
+            jvm = jvm_of(svc.pid)
+            os.kill(jvm, signal.SIGSTOP)
+            stopped_at, stopped_wall = time.monotonic(), datetime.now(UTC)
+            wait(lambda: hook.seen("LakehouseStreamStalled", "firing"), svc, "the stall alert")
+            assert time.monotonic() - stopped_at >= STALL_AFTER_S - 5
+            # /metrics kept answering (the target was down only before the service served it)
+            assert not [a for a in hook.seen("LakehouseServiceDown", "firing")
+                        if datetime.fromisoformat(a["startsAt"].replace("Z", "+00:00"))
+                        >= stopped_wall]
+            os.kill(jvm, signal.SIGCONT)
+            jvm = None
+            wait(lambda: hook.seen("LakehouseStreamStalled", "resolved"), svc,
+                 "the stall alert resolved")
+
+            # The whole service stopped (its Python process too): /metrics does not answer.
+            os.killpg(svc.pid, signal.SIGSTOP)
+            group_stopped = True
+            wait(lambda: [a for a in hook.seen("LakehouseServiceDown", "firing")
+                          if datetime.fromisoformat(a["startsAt"].replace("Z", "+00:00"))
+                          >= stopped_wall], svc, "the service-down alert")
+            n = len(hook.seen("LakehouseServiceDown", "resolved"))
+            os.killpg(svc.pid, signal.SIGCONT)
+            group_stopped = False
+            wait(lambda: len(hook.seen("LakehouseServiceDown", "resolved")) > n, svc,
+                 "the service-down alert resolved")
+    finally:
+        stop.set()
+        if jvm is not None:
+            os.kill(jvm, signal.SIGCONT)
+        if group_stopped:
+            os.killpg(svc.pid, signal.SIGCONT)
+        hook.server.shutdown()
+        if svc.poll() is None:
+            svc.send_signal(signal.SIGTERM)
+        svc.wait(timeout=120)
+    assert svc.returncode == 0, output(svc)
