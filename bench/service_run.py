@@ -13,7 +13,7 @@ Measured, written to bench/results/service-<rate>-<date>.json:
 - with BENCH_SERVICE_REPLAY_EVENTS=N (the hot tail during a backfill): N events of today's date
   produced before the service starts (it ingests them first), then, BENCH_SERVICE_REPLAY_AFTER
   (20) seconds into the measurement, a replay of today's date through `dagster asset
-  materialize` in a fresh process (as a schedule runs it; RUN_NICENESS applies), beside the
+  materialize` in a fresh process (as a schedule runs it), beside the
   service under load: the freshness of the probes sent while it ran, its duration, and after the
   load a `reconcile_dates` run of the date (its blocking proof must pass);
 - with BENCH_SERVICE_PIPELINES=spec.yaml=rate,... (one service for many pipelines): the default
@@ -372,7 +372,7 @@ def main() -> int:
         **default,
         **({"other_pipelines": stats} if stats else {}),
         **({"replay": {
-            "events_preloaded": replay_events, "run_niceness": settings.run_niceness,
+            "events_preloaded": replay_events,
             "seconds": round(replay_span[1] - replay_span[0], 1), "succeeded": replay_rc == 0,
             "proof_after_passed": proof_rc == 0,
             "freshness_during_s": during(feeds[0].sent, feeds[0].seen, replay_span)}}

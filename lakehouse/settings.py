@@ -268,10 +268,6 @@ class Settings(BaseSettings):
     # (`assets.partitions.first_partition`).
     partitions_start: IsoDate | None = _env("PARTITIONS_START")
     spark_ui: bool = _env("SPARK_UI", False)
-    # OS niceness of a Dagster run's process and its local Spark driver (`dagster asset
-    # materialize`, a launched run): below the streaming service's 0, so a replay or a reconcile
-    # on the service's machine yields the cores to the hot path (0: no change).
-    run_niceness: Annotated[int, Field(ge=0, le=19)] = _env("RUN_NICENESS", 10)
     spark_driver_host: str = _env("SPARK_DRIVER_HOST", "127.0.0.1")
     # Pass-through families (`_PassThrough`); secret: SASL password, JAAS line, keys.
     spark_conf_extra: dict[str, SecretStr] = Field(default_factory=dict)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from lakehouse import storage
@@ -101,24 +99,11 @@ def spark_conf(settings: Settings, short_run: bool = False) -> dict[str, str]:
     }
 
 
-def lower_priority(settings: Settings) -> None:
-    """A one-run process (a scheduled replay, a reconcile) on a local master runs below the
-    streaming service's priority, with the driver JVM it is about to start (the JVM inherits the
-    process' niceness): beside the service on 2 cores, a replay of a 2M-event date otherwise
-    takes half the cores from the hot path for minutes (docs/performance-log.md, 2026-11-26).
-    On a cluster the executors are the cluster's (cap them with `spark.cores.max`)."""
-    if (settings.run_niceness and settings.spark_master.startswith("local")
-            and SparkContext._active_spark_context is None and os.nice(0) < settings.run_niceness):
-        os.nice(settings.run_niceness - os.nice(0))
-
-
 def get_spark(settings: Settings, extra: dict | None = None,
               short_run: bool = False) -> SparkSession:
     """Create (or return the running) session configured for `settings`, plus `extra` keys
     (the Dagster resource's `spark_config`); `short_run`: see `spark_conf` (it only matters
     when this call starts the JVM)."""
-    if short_run:
-        lower_priority(settings)
     builder = SparkSession.builder
     for key, value in {**spark_conf(settings, short_run), **(extra or {})}.items():
         builder = builder.config(key, value)
