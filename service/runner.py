@@ -223,14 +223,19 @@ def serve(pipelines: list[Settings], stop: threading.Event) -> int:
         stream = PipelineStream(spark, settings)
         try:
             stream.start()
+        except WriterLockLost as exc:  # lost before the query ran (a restart's own commits)
+            say_lock(f"LOST ({exc}); committing nothing more", settings)
+            statuses.append(LOCK_LOST)
+            continue
         except (CheckpointBusy, DataLost, TopicReplaced, KafkaException) as exc:
             print(f"error: pipeline {settings.pipeline!r} not started: {exc}", file=sys.stderr,
                   flush=True)
             statuses.append(2)
             continue
-        except WriterLockLost as exc:  # lost before the query ran (a restart's own commits)
-            say_lock(f"LOST ({exc}); committing nothing more", settings)
-            statuses.append(LOCK_LOST)
+        except Exception as exc:  # noqa: BLE001 - isolation: the others start all the same
+            print(f"error: pipeline {settings.pipeline!r} not started: {type(exc).__name__}: "
+                  f"{exc}", file=sys.stderr, flush=True)
+            statuses.append(2)
             continue
         running.append(stream)
     if not running:
