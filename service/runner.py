@@ -1,4 +1,7 @@
-"""`make stream`: the fast path as a long-running service (processing-time trigger).
+"""`make stream`: the fast path as a long-running service (processing-time trigger), for the
+default pipeline and every spec of PIPELINES (or the one PIPELINE names) in one Spark
+application: a `PipelineStream` per pipeline, each with its own query, checkpoint, writer lock
+and metrics, stopped alone when it fails (`serve`).
 
 Runs the same query, on the same checkpoint, as the Dagster catch-up assets; holds the
 checkpoint lock while running, so a catch-up started meanwhile fails with a clear error instead
