@@ -9,6 +9,8 @@ with one message naming the variable and what it accepts, and values that may ho
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -333,9 +335,6 @@ class Settings(BaseSettings):
         types, id and time rules, dimensions, measures; the window, delay and horizon; the
         timestamp policy, the skew and size limits, the start date): the pipeline's spec
         version. The assets' `code_version`: a date materialized under another one is stale."""
-        import hashlib
-        import json
-
         what = {"shape": self.shape.model_dump(mode="json"),
                 **{k: str(getattr(self, k)) for k in (
                     "window_size", "watermark_delay", "correction_horizon", "timestamp_policy",

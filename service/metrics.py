@@ -185,7 +185,7 @@ class StreamMetrics:
         self.batch_failures = Counter(
             "lakehouse_stream_batch_failures",
             "Times the query failed (it is restarted after Spark's known post-recovery error, "
-            "else the service stops).", ["query"], registry=r)
+            "else its pipeline stops).", ["query"], registry=r)
         self.latency = Histogram(
             "lakehouse_end_to_end_latency_seconds",
             "Per bronze stream commit: its commit time minus the oldest broker append time of "
@@ -358,6 +358,11 @@ class StreamMetrics:
                 return
 
     # ---- scrape-time gauges ----------------------------------------------------------------
+    def position(self) -> dict[int, int]:
+        """The ingest query's processed end offset per partition ({} before it is known)."""
+        with self._lock:
+            return dict(self._processed or {})
+
     def lag(self) -> dict[int, int]:
         """Records behind per partition; {} until both the topic's end offsets and the stream's
         position are known."""

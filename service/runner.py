@@ -203,7 +203,7 @@ class PipelineStream:
 
 def _position(metrics) -> str:
     """Where a pipeline's query resumes, for the start line: its checkpoint's offsets."""
-    processed = getattr(metrics, "_processed", None)
+    processed = metrics.position() if metrics is not None else {}
     if not processed:
         return "the start of its topic or bronze's stamped position"
     return "offsets " + ", ".join(f"{p}:{o}" for p, o in sorted(processed.items()))

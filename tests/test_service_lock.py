@@ -189,6 +189,9 @@ def test_a_lost_lock_shows_in_the_metrics_before_the_service_exits(fake_service,
         def query_failed(self, query):
             events.append(("failed", query))
 
+        def position(self):
+            return {}
+
     @contextmanager
     def serving(settings, spark, **kw):
         yield Metrics()
