@@ -18,9 +18,11 @@ Nothing here runs a Spark job. The sources are:
   foreachBatch hot path as it was, and counts exactly what was committed (a re-run batch finds
   its own append and adds nothing); each late record is also a row dropped by the watermark;
 - bronze's Delta log: the watermark stamped on its newest stream commit, and each new stream
-  commit's time and the broker append times of the records it added (the `add` actions'
-  min/max `kafka_timestamp` statistics): the end-to-end latency of each batch and the time the
-  stream is behind the topic (lag in seconds);
+  commit's broker append times of the records it added (the `add` actions' min/max
+  `kafka_timestamp` statistics): the time the stream is behind the topic (lag in seconds);
+- `streaming_aggregates`' Delta log: the commit of each batch's windows (the batch's tag), the
+  moment its records become visible to readers: minus the batch's oldest broker append time, the
+  end-to-end latency, what a probe from outside measures (produce -> window readable);
 - the service's own state: failed queries, the writer lock (held, lost), and the SLO budgets of
   its settings (`lakehouse_slo_budget_seconds`), which the alert rules compare against;
 - the streaming checkpoints, once at start (`seed_from_checkpoints`): the last committed
@@ -47,8 +49,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from lakehouse import storage
-from lakehouse.catalog import INGEST_QUERY
-from lakehouse.commit_tags import stream_watermark
+from lakehouse.catalog import INGEST_QUERY, STREAMING
+from lakehouse.commit_tags import batch_of, stream_watermark
 from lakehouse.delta_log import LogFollower, commit_versions, data_file_uri
 from lakehouse.kafka_admin import PartitionOffsets, consumer_lag, topic_offsets
 from lakehouse.progress_reports import BatchReport
@@ -61,6 +63,7 @@ ADDRESS = "127.0.0.1"
 POLL_SECONDS = 5.0
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, math.inf)
 LATENCY_BUCKETS = (1, 2.5, 5, 10, 15, 20, 30, 45, 60, 120, 300, 600, 1800, 3600, math.inf)
+VISIBLE_KEPT = 16  # aggregates commits waiting for their bronze commit (one or two, normally)
 # Before its first event a query reports watermark 0 (1970-01-01): that is "no watermark yet".
 NO_WATERMARK_BEFORE_S = 86_400
 
@@ -188,8 +191,9 @@ class StreamMetrics:
             "else its pipeline stops).", ["query"], registry=r)
         self.latency = Histogram(
             "lakehouse_end_to_end_latency_seconds",
-            "Per bronze stream commit: its commit time minus the oldest broker append time of "
-            "the records it added (the longest any record of the batch waited to be committed).",
+            "Per micro-batch: the commit that makes its windows visible in streaming_aggregates "
+            "(its bronze commit when it changed no window) minus the oldest broker append time "
+            "of its records (the longest any record of the batch waited to be readable).",
             registry=r, buckets=LATENCY_BUCKETS)
         self.lock_losses = Counter(
             "lakehouse_writer_lock_losses",
@@ -198,7 +202,7 @@ class StreamMetrics:
         self.poll_errors = Counter(
             "lakehouse_metrics_poll_errors",
             "Failed polls of a metrics source (kafka, quarantined_events, late_events, "
-            "bronze_events).",
+            "bronze_events, streaming_aggregates).",
             ["source"], registry=r)
         for q in QUERIES:
             self.batch_duration.labels(q)
@@ -208,12 +212,18 @@ class StreamMetrics:
         self.dropped.labels(INGEST_QUERY)
         for reason in reasons(settings.shape):
             self.quarantined.labels(reason)
-        for source in ("kafka", "quarantined_events", "late_events", "bronze_events"):
+        for source in ("kafka", "quarantined_events", "late_events", "bronze_events",
+                       STREAMING.name):
             self.poll_errors.labels(source)
         self._rates: dict[tuple[str, str], float] = {}
         self._lock_held: bool | None = None  # unknown until the runner says
         self._processed_broker_s: float | None = None  # newest broker time committed to bronze
         self._seen_bronze = False  # the first bronze round only positions (no latency sample)
+        # Batches in bronze whose aggregates commit is not seen yet: (oldest broker time, bronze
+        # commit time) by batch tag, in commit order.
+        self._unseen: dict[tuple[str, int] | None, tuple[float, float]] = {}
+        # Aggregates commits read before their batch's bronze commit: commit time by batch tag.
+        self._visible: dict[tuple[str, int], float] = {}
         r.register(_Gauges(self))
 
     # ---- progress --------------------------------------------------------------------------
@@ -299,7 +309,7 @@ class StreamMetrics:
     def start_following_tables(self) -> None:
         """Start the Delta-log followers at the tables' current versions: records committed
         from now on are counted (call before the queries start)."""
-        for name in ("quarantined_events", "late_events"):
+        for name in ("quarantined_events", "late_events", STREAMING.name):
             self._guard(name, lambda name=name: self._follow(name))
 
         def bronze() -> None:  # from its newest commit: the broker time it has reached
@@ -309,7 +319,7 @@ class StreamMetrics:
         self._guard("bronze_events", bronze)
 
     def poll(self) -> None:
-        """One round: Kafka end offsets, then the new commits of the two Delta tables."""
+        """One round: Kafka end offsets, then the new commits of the Delta tables."""
         def kafka() -> None:
             offsets = self._offsets(self.settings)
             with self._lock:
@@ -339,17 +349,41 @@ class StreamMetrics:
                 if times is None or commit.timestamp < 0:
                     continue
                 oldest, newest = times
-                if self._seen_bronze:
-                    self.latency.observe(max(0.0, commit.timestamp / 1000 - oldest))
+                batch = batch_of(commit.user_metadata)
+                if batch in self._visible:  # its windows were committed before this round read it
+                    self.latency.observe(max(0.0, self._visible.pop(batch) - oldest))
+                elif self._seen_bronze:
+                    self._unseen[batch] = (oldest, commit.timestamp / 1000)
                 with self._lock:
                     self._processed_broker_s = max(self._processed_broker_s or 0.0, newest)
             self._seen_bronze = True
+
+        def visible() -> None:
+            # A batch's windows become visible with its aggregates commit (same batch tag),
+            # written right after its bronze commit: by the time a later batch is in bronze,
+            # an earlier batch without one (all its events late or duplicates) never gets one,
+            # and its records were visible with bronze.
+            for commit in self._follow(STREAMING.name).new_commits():
+                batch = batch_of(commit.user_metadata)
+                if batch is None or commit.timestamp < 0:
+                    continue
+                if batch in self._unseen:
+                    self.latency.observe(max(0.0, commit.timestamp / 1000
+                                             - self._unseen.pop(batch)[0]))
+                elif self._seen_bronze:  # its bronze commit came after this round read bronze
+                    self._visible[batch] = commit.timestamp / 1000
+            for batch in list(self._visible)[:-VISIBLE_KEPT]:  # made before the service started
+                del self._visible[batch]
+            for batch in list(self._unseen)[:-1]:
+                oldest, committed = self._unseen.pop(batch)
+                self.latency.observe(max(0.0, committed - oldest))
 
         self._guard("kafka", kafka)
         self._guard("quarantined_events", quarantine)
         self._guard("late_events", late)
         self._guard("bronze_events", watermark)
         self._guard("bronze_events", bronze)
+        self._guard(STREAMING.name, visible)
 
     def _run(self) -> None:
         while True:

@@ -93,14 +93,14 @@ def _kill(proc: subprocess.Popen) -> None:
         crash(proc)
 
 
-def wait_for(predicate, svc, timeout=240, what="condition"):
+def wait_for(predicate, svc, timeout=240, what="condition", interval=1.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         if svc.poll() is not None:
             raise AssertionError(f"service exited {svc.returncode}: {output(svc)}")
-        time.sleep(1)
+        time.sleep(interval)
     _kill(svc)
     raise AssertionError(f"timed out waiting for {what}: {output(svc)}")
 

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lakehouse.kafka_admin import PartitionOffsets
 from lakehouse.settings import Settings
+from lakehouse.table_reads import read
 from service.metrics import StreamMetrics, exposing
 from testkit.generator import Record, produce
 from transforms.parse import REASONS
@@ -206,13 +207,18 @@ BAD = {  # reason -> payloads
 }
 
 
+TRIGGER_S = 2
+LATENCY = "lakehouse_end_to_end_latency_seconds"
+
+
 @pytest.mark.slow
 def test_service_serves_metrics(instance_env):
     from test_service import start_service, wait_for
 
     settings = instance_env
     port = free_port()
-    env = {**os.environ, "STREAM_TRIGGER_INTERVAL": "2 seconds", "METRICS_PORT": str(port)}
+    env = {**os.environ, "STREAM_TRIGGER_INTERVAL": f"{TRIGGER_S} seconds",
+           "METRICS_PORT": str(port)}
     base = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
     good = [event(i, base + timedelta(seconds=i)) for i in range(40)]
     bad = [Record(b"k1", payload, reason) for reason, payloads in BAD.items() for payload in payloads]
@@ -270,6 +276,42 @@ def test_service_serves_metrics(instance_env):
               "2 late events, recorded and dropped, by a new batch")
         m = state["m"]
         assert value(m, "lakehouse_stream_last_success_timestamp_seconds", query="ingest") > first_success
+
+        # The latency histogram against a probe from outside: one event at a time, produced
+        # now and polled for in streaming_aggregates with delta-rs; the batch's sample (the
+        # histogram's sum grows by it) is within one trigger interval of what the probe saw.
+        from confluent_kafka import Producer
+
+        # First every batch so far observed: the count holds still for two metrics polls (5 s).
+        held: list = [None, 0.0]
+
+        def settled(m) -> bool:
+            if value(m, LATENCY + "_count") != held[0]:
+                held[:] = [value(m, LATENCY + "_count"), time.monotonic()]
+            return time.monotonic() - held[1] > 11
+
+        until(settled, "the latency histogram settled")
+        m = state["m"]
+        producer = Producer({**settings.client_config, "linger.ms": 0})
+        for j in range(3):
+            count = value(m, LATENCY + "_count")
+            total = value(m, LATENCY + "_sum")
+            probe = f"probe-{j}"
+            newest = datetime.now(UTC).replace(microsecond=0)
+            body = {"event_id": probe, "key": probe, "event_time": iso(newest), "value": "1"}
+            sent = time.time()
+            producer.produce(settings.events_topic, key=probe, value=json.dumps(body))
+            producer.flush(10)
+            wait_for(lambda p=probe: p in read(settings, "streaming_aggregates")["key"].to_pylist(),
+                     svc, what=f"{probe} visible in streaming_aggregates", interval=0.05)
+            seen = time.time() - sent
+            until(lambda m, c=count: value(m, LATENCY + "_count") == c + 1,
+                  f"the latency sample of {probe}'s batch")
+            m = state["m"]
+            sample = value(m, LATENCY + "_sum") - total
+            assert abs(sample - seen) <= TRIGGER_S, (probe, sample, seen)
+        del producer  # its connections closed before the broker stops
+        assert value(m, "lakehouse_metrics_poll_errors_total", source="streaming_aggregates") == 0
         assert value(m, "lakehouse_metrics_poll_errors_total", source="kafka") == 0
         assert value(m, "lakehouse_metrics_poll_errors_total", source="quarantined_events") == 0
     finally:
@@ -287,8 +329,8 @@ def test_service_serves_metrics(instance_env):
     # come from the checkpoint, the watermark from bronze's log; the counters start from 0.
     svc = start_service(env)
     try:
-        # The newest event time (event 200) minus the delay.
-        watermark = (newest + timedelta(seconds=5) - timedelta(seconds=30)).timestamp()
+        # The newest event time (the last probe's) minus the delay.
+        watermark = (newest - timedelta(seconds=30)).timestamp()
         until(lambda m: value(m, "lakehouse_stream_last_success_timestamp_seconds", query="ingest")
               and by_label(m, "lakehouse_kafka_consumer_lag_records", "partition")
               and value(m, "lakehouse_stream_watermark_timestamp_seconds") == watermark,
