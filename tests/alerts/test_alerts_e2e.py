@@ -4,7 +4,9 @@ webhook receiver in the test. Malformed records raise LakehouseDeserializationFa
 records flowing, stopping the service's Spark driver (SIGSTOP to its JVM: the service's Python
 process keeps serving /metrics, as in a hung JVM or a long GC pause) raises
 LakehouseStreamStalled, which resolves after SIGCONT; the whole service stopped raises
-LakehouseServiceDown, resolved after SIGCONT."""
+LakehouseServiceDown, resolved after SIGCONT. On the daily side, a gold row tampered with fails
+the next proof (`verify_dates`), which the daily exporter turns into LakehouseDateUnproven for a
+date past its deadline; reconciling the date resolves it."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import REPO, free_port, observe_stack
+from conftest import REPO, free_port, observe_stack, publish_instance
 
 from testkit.faults import output, start_service
 from testkit.generator import Record, produce
@@ -59,6 +61,13 @@ def wait(predicate, svc, what: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert svc.poll() is None, f"the service exited: {output(svc)}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def wait_until(predicate, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.5)
 
@@ -175,3 +184,72 @@ def test_stall_and_deserialization_alerts_reach_the_webhook(instance_env, tmp_pa
             svc.send_signal(signal.SIGTERM)
         svc.wait(timeout=120)
     assert svc.returncode == 0, output(svc)
+
+
+@pytest.mark.slow
+def test_proof_alert_after_gold_is_tampered_and_resolved_by_reconciling(instance_env, spark,
+                                                                        tmp_path):
+    from dagster import DagsterInstance
+    from delta.tables import DeltaTable
+    from prometheus_client import CollectorRegistry, start_http_server
+    from pyspark.sql import functions as F
+
+    from assets.pipelines import Pipeline
+    from orchestration.daily_metrics import DailyCollector, deadline
+    from testkit.generator import GeneratorConfig
+    from testkit.runs import run_job
+
+    settings = instance_env
+    instance = DagsterInstance.ephemeral()
+    # A date two days back: past its deadline (03:00 UTC the next day), within the horizon.
+    end = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=2)
+    cfg = GeneratorConfig(count=300, seed=5, end=end, span=timedelta(hours=1), keys=4,
+                          late_fraction=0.0, duplicate_fraction=0.02, malformed_fraction=0.0)
+    publish_instance(settings, cfg, 1, instance)
+    d = end.date()
+    assert deadline(settings, d) < datetime.now(UTC)
+
+    registry = CollectorRegistry()
+    registry.register(DailyCollector([Pipeline.of(settings)], instance))
+    daily_port = free_port()
+    daily, _ = start_http_server(daily_port, addr="127.0.0.1", registry=registry)
+    hook = Webhook()
+    proven = f'lakehouse_daily_proven{{event_date="{d.isoformat()}"}}'
+
+    def unproven(status: str) -> list[dict]:
+        return [a for a in hook.seen("LakehouseDateUnproven", status)
+                if a["labels"]["event_date"] == d.isoformat()]
+
+    try:
+        # No service runs here: its scrape target (a free port) is down, which is not this test's.
+        with observe_stack(tmp_path / "observe", [free_port()], rules_dir=fast_rules(tmp_path),
+                           webhook=hook.url, daily_port=daily_port) as stack:
+            wait_until(lambda: has_data(stack, f"{proven} == 1"), "the date proven, scraped")
+            time.sleep(3)  # rules evaluated every second: a firing alert would be out by now
+            assert not unproven("firing")
+
+            gold = settings.table_path("reconciled_aggregates")
+            row = (spark.read.format("delta").load(gold).where(F.col("event_date") == F.lit(d))
+                   .orderBy("window_start", "key").first())
+            DeltaTable.forPath(spark, gold).update(
+                condition=(F.col("window_start") == F.lit(row.window_start))
+                & (F.col("key") == F.lit(row.key)),
+                set={"value_sum": F.col("value_sum") + F.lit(1)})
+            result, checks = run_job("verify_dates", instance, quiet=True,
+                                     partition_key=d.isoformat())
+            assert not result.success
+            assert not next(c for c in checks if c.check_name == "reconciled_equals_replay").passed
+            wait_until(lambda: unproven("firing"), "the proof alert")
+            fired = unproven("firing")[0]
+            assert fired["labels"]["severity"] == "page"
+            assert fired["annotations"]["runbook_url"].endswith("#lakehousedateunproven")
+
+            result, checks = run_job("reconcile_dates", instance, quiet=True,
+                                     partition_key=d.isoformat())
+            assert result.success and all(c.passed for c in checks)
+            wait_until(lambda: unproven("resolved"), "the proof alert resolved")
+            assert has_data(stack, f"{proven} == 1")
+    finally:
+        hook.server.shutdown()
+        daily.shutdown()
+        daily.server_close()
