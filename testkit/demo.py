@@ -11,10 +11,15 @@ storage (the UI shows it); Spark's and Dagster's console output goes to $DAGSTER
 `DEMO_VERBOSE=1` shows all of it on the console instead. A failed run prints its error and where
 to read its logs, and the demo exits non-zero.
 
+After the chunks, the streaming service (`make stream`'s code, in this process) runs for
+DEMO_LIVE while events arrive in real time: its metrics are what `make observe-up`'s Prometheus
+scrapes.
+
 Knobs (demo only): DEMO_EVENTS (40000), DEMO_CHUNKS (4), DEMO_SEED (now), DEMO_SPAN (1 day of
-event time, ending now). PIPELINE=<spec.yaml> (`make demo PIPELINE=examples/orders.yaml`) runs
-that spec's pipeline instead, with events generated from the spec (`testkit.spec_events`), through
-its prefixed jobs in the same code location (the spec is added to PIPELINES).
+event time, ending now), DEMO_LIVE (30 seconds; 0: no live step). PIPELINE=<spec.yaml>
+(`make demo PIPELINE=examples/orders.yaml`) runs that spec's pipeline instead, with events
+generated from the spec (`testkit.spec_events`), through its prefixed jobs in the same code
+location (the spec is added to PIPELINES).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import traceback
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from lakehouse import delta_log
 from lakehouse.settings import Settings, SettingsError, parse_duration
@@ -48,6 +53,7 @@ class Knobs:
     chunks: int
     seed: int
     span: timedelta
+    live: timedelta = timedelta(0)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Knobs:
@@ -62,9 +68,12 @@ class Knobs:
             raise DemoError(f"DEMO_SEED={seed!r} must be an integer")
         try:
             span = parse_duration(env.get("DEMO_SPAN", "").strip() or "1 day", "DEMO_SPAN")
+            raw = env.get("DEMO_LIVE", "").strip() or "30 seconds"
+            live = timedelta(0) if raw == "0" else parse_duration(raw, "DEMO_LIVE")
         except SettingsError as exc:
             raise DemoError(str(exc)) from exc
-        return cls(positive("DEMO_EVENTS", 40000), positive("DEMO_CHUNKS", 4), int(seed), span)
+        return cls(positive("DEMO_EVENTS", 40000), positive("DEMO_CHUNKS", 4), int(seed), span,
+                   live)
 
 
 @dataclass
@@ -180,6 +189,63 @@ class Demo:
                           f"{time.monotonic() - start:6.1f}s")
 
 
+LIVE_RATE = 20  # events a second while the service runs
+
+
+def live(run: Demo, knobs: Knobs, spec: PipelineSpec | None) -> bool:
+    """The service (`make stream`'s `serve`, in this process, on the runs' Spark session) for
+    DEMO_LIVE while events arrive in real time (LIVE_RATE a second, a few malformed): what
+    Prometheus scrapes on METRICS_PORT meanwhile (`make observe-up`). Says how many batches it
+    committed and their end-to-end latency from its own metrics; False when it failed."""
+    import threading
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from lakehouse.commit_tags import stream_commits
+    from service.runner import serve
+    from testkit.generator import GeneratorConfig, generate, produce
+    from testkit.spec_events import generate_for_spec
+
+    settings, console = run.settings, run.console
+    before = {c.version for c in stream_commits(settings, 50)}
+    stop, status = threading.Event(), []
+    service = threading.Thread(target=lambda: status.append(serve([settings], stop)), daemon=True)
+    label = f"  {'service':16s} live {int(knobs.live.total_seconds())}s"
+    start = time.monotonic()
+    sent, latency = 0, None
+    with console.running(label):
+        service.start()
+        for second in range(int(knobs.live.total_seconds())):
+            cfg = GeneratorConfig(count=LIVE_RATE, seed=knobs.seed * 1000 + second + 1,
+                                  span=timedelta(seconds=1), end=datetime.now(UTC),
+                                  late_fraction=0.0, duplicate_fraction=0.0,
+                                  malformed_fraction=0.05)
+            records = (generate_for_spec(spec, cfg) if spec else generate(cfg)).records
+            sent += produce(settings, records)
+            time.sleep(max(0.0, start + second + 1 - time.monotonic()))
+            if status:  # the service stopped by itself
+                break
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{settings.metrics_port}/metrics",
+                                        timeout=10) as r:
+                samples = {s.name: s.value for f in text_string_to_metric_families(
+                    r.read().decode()) for s in f.samples
+                    if s.labels.get("pipeline") == settings.pipeline}
+            n = samples.get("lakehouse_end_to_end_latency_seconds_count") or 0
+            latency = samples["lakehouse_end_to_end_latency_seconds_sum"] / n if n else None
+        except OSError:  # the port was taken: the service ran without metrics
+            pass
+        stop.set()
+        service.join(timeout=300)
+    batches = len({c.version for c in stream_commits(settings, 200)} - before)
+    ok = status == [0]
+    console.line(f"{label:30s} {sent} records, {batches} batches"
+                 + (f", mean end-to-end latency {latency:.1f}s" if latency is not None else "")
+                 + f" {'ok' if ok else 'FAILED'} {time.monotonic() - start:6.1f}s")
+    return ok
+
+
 def _has_bronze(settings: Settings) -> bool:
     return delta_log.exists(settings, "bronze_events")
 
@@ -213,6 +279,9 @@ def demo(settings: Settings, knobs: Knobs, instance, console: Console,
             # Publish what is there mid-way, so later late events correct published windows.
             for d in sorted(table_counts(settings)["bronze_dates"]):
                 run.run("reconcile_dates", d.isoformat(), note="published mid-way")
+    if knobs.live:  # then a catch-up takes what arrived after the service's last batch
+        if not live(run, knobs, spec) or not run.run("stream_catch_up").success:
+            return 1
     dates = sorted(table_counts(settings)["bronze_dates"])
     verdicts: dict[date, bool] = {}
     for d in dates:

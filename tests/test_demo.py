@@ -22,7 +22,7 @@ RUN_LINE = re.compile(r"^  (\S+)\s.*\b(ok|FAILED)\s+[\d.]+s  run ([0-9a-f-]{36})
 
 def run_demo(tmp_path: Path, bootstrap: str, timeout: float, **extra: str):
     home = tmp_path / "dagster_home"
-    home.mkdir()
+    home.mkdir(exist_ok=True)  # a second demo records in the same instance
     shutil.copy(REPO / "infra" / "dagster.yaml", home / "dagster.yaml")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("DEMO_", "SPARK_CONF_")) and k != "DAGSTER_HOME"}
@@ -32,6 +32,8 @@ def run_demo(tmp_path: Path, bootstrap: str, timeout: float, **extra: str):
         "EVENTS_TOPIC": f"demo-{uuid.uuid4().hex[:10]}",
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "DEMO_EVENTS": "300", "DEMO_CHUNKS": "1", "DEMO_SPAN": "1 hour", "DEMO_SEED": "5",
+        # The live step (the service for DEMO_LIVE) runs in tests/alerts/test_demo_observed.py.
+        "DEMO_LIVE": "0",
         "DAGSTER_DISABLE_TELEMETRY": "true", "GX_ANALYTICS_ENABLED": "false",
         "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
         **extra,

@@ -26,7 +26,7 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
         ("Consumer lag (time behind the topic)", "s",
          [(f"pipeline:lakehouse_consumer_lag_seconds:max{{{P}}}", "{{pipeline}}"),
           (f'lakehouse_slo_budget_seconds{{{P},slo="lag"}}', "{{pipeline}} budget")]),
-        ("End-to-end latency p95 (broker append to bronze commit)", "s",
+        ("End-to-end latency p95 (broker append to window visible)", "s",
          [(f"pipeline:lakehouse_end_to_end_latency_seconds:p95_5m{{{P}}}", "{{pipeline}}"),
           (f'lakehouse_slo_budget_seconds{{{P},slo="latency"}}', "{{pipeline}} budget")]),
         ("Throughput (records/s)", "short",

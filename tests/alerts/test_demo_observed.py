@@ -1,0 +1,84 @@
+"""`make observe-up`, then `make demo` and `make demo PIPELINE=examples/orders.yaml`, then a look
+at Prometheus' API: every SLI series of infra/prometheus/rules/sli.yml and of the daily exporter
+exists for both pipelines, and every dashboard panel's query finds data for each, over the time
+the demos ran. The demos are the real CLI (subprocesses, their live step the real service for
+DEMO_LIVE with events arriving); the daily exporter is `make daily-metrics`' process; Prometheus
+is the Debian binary with the project's rules (`observe_stack`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+import yaml
+from conftest import REPO, free_port, observe_stack
+from test_demo import run_demo
+from test_orders_e2e import orders_spec
+
+from testkit.infra import infra_module
+
+PIPELINES = ("default", "orders")
+DAILY = ("lakehouse_daily_proven", "lakehouse_daily_deadline_timestamp_seconds",
+         "lakehouse_daily_gold_updated_timestamp_seconds", "lakehouse_daily_corrections",
+         "lakehouse_daily_late_events_waiting", "lakehouse_daily_last_success_timestamp_seconds")
+
+
+def query_range(stack, expr: str, start: float, end: float) -> list:
+    url = f"{stack.prometheus_url}/api/v1/query_range?" + urllib.parse.urlencode(
+        {"query": expr, "start": start, "end": end, "step": "2"})
+    with urllib.request.urlopen(url, timeout=30) as r:
+        body = json.loads(r.read())
+    assert body["status"] == "success", (expr, body)
+    return body["data"]["result"]
+
+
+def sli_records() -> list[str]:
+    rules = yaml.safe_load((REPO / "infra/prometheus/rules/sli.yml").read_text())
+    return [r["record"] for g in rules["groups"] for r in g["rules"]]
+
+
+@pytest.mark.slow
+def test_after_the_demos_prometheus_has_every_sli_and_panel_for_both_pipelines(
+        tmp_path, kafka_bootstrap):
+    stream_port, daily_port = free_port(), free_port()
+    live = {"DEMO_LIVE": "25 seconds", "STREAM_TRIGGER_INTERVAL": "2 seconds",
+            "METRICS_PORT": str(stream_port), "DEMO_EVENTS": "600", "DEMO_SPAN": "2 hours"}
+    orders = orders_spec(tmp_path)  # with a topic of its own
+    home = tmp_path / "dagster_home"
+    env = {**os.environ, "DAGSTER_HOME": str(home), "LAKEHOUSE_ROOT": str(tmp_path / "lakehouse"),
+           "PIPELINES": str(orders), "DAILY_METRICS_PORT": str(daily_port)}
+    home.mkdir()
+    exporter = subprocess.Popen([sys.executable, "-m", "orchestration.daily_metrics"], cwd=REPO,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        with observe_stack(tmp_path / "observe", [stream_port], interval="1s",
+                           daily_port=daily_port) as stack:
+            start = time.time()
+            for extra in ({}, {"PIPELINE": str(orders)}):
+                done, _, _ = run_demo(tmp_path, kafka_bootstrap, timeout=900, **live, **extra)
+                assert done.returncode == 0, done.stdout + done.stderr
+                assert any(line.startswith("  service") and " ok " in line
+                           for line in done.stdout.splitlines()), done.stdout
+            time.sleep(3)  # the exporter's last scrape and the rules' last evaluation
+            end = time.time()
+
+            missing = [(expr, p) for expr in [*sli_records(), *DAILY] for p in PIPELINES
+                       if expr != "instance:lakehouse_service_up"
+                       and not query_range(stack, f'{expr}{{pipeline="{p}"}}', start, end)]
+            assert not missing, f"SLI series without data: {missing}"
+            assert query_range(stack, "instance:lakehouse_service_up == 1", start, end)
+
+            panels = infra_module("grafana/dashboard.py").queries()
+            empty = [(q, p) for q in panels for p in PIPELINES
+                     if not query_range(stack, q.replace("$pipeline", p), start, end)]
+            assert not empty, f"panels without data: {empty}"
+    finally:
+        exporter.terminate()
+        out, _ = exporter.communicate(timeout=30)
+    assert "daily metrics: " not in out, out  # no pipeline's scrape failed
