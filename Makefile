@@ -34,7 +34,7 @@ endif
 .PHONY: setup system-deps materialize kafka-up kafka-down demo test ui stream bench bench-stages bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster test-cluster-run \
-	observe-up observe-down daily-metrics dashboards test-alerts
+	observe-up observe-down daily-metrics dashboards test-alerts test-long
 
 setup: system-deps $(VENV)/.installed .jars/.fetched dagster-instance
 
@@ -147,7 +147,13 @@ test-cluster: setup
 	@$(MAKE) --no-print-directory cluster-up
 	@$(MAKE) --no-print-directory test-cluster-run; rc=$$?; \
 	  $(MAKE) --no-print-directory cluster-down; \
-	  $(MAKE) --no-print-directory test-alerts || rc=1; exit $$rc
+	  $(MAKE) --no-print-directory test-alerts || rc=1; \
+	  $(MAKE) --no-print-directory test-long || rc=1; exit $$rc
+
+# The local stack's tests of several minutes each (marked `long`: the three-pipeline service,
+# its crash and every date proven after it); run by test-cluster.
+test-long: setup kafka-up
+	$(PY) -m pytest -o addopts=-ra -p no:randomly -m long --ignore=tests/cluster --ignore=tests/alerts tests $(PYTEST_ARGS)
 
 # Alerts end to end on the local stack (tests/alerts: the real service, Prometheus, Alertmanager
 # and a webhook; a minute or two, so not in `make test`); run by test-cluster.
@@ -161,7 +167,7 @@ test-cluster-run: setup
 	  $(PY) -m pytest -o addopts=-ra -o timeout=2400 -p no:randomly tests/cluster $(PYTEST_ARGS)
 
 test: setup lint kafka-up
-	$(PY) -m pytest --ignore=tests/cluster --ignore=tests/alerts -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest --ignore=tests/cluster --ignore=tests/alerts -m "not long" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The daemon runs the schedules and sensors, which read the broker.
 ui: setup kafka-up
