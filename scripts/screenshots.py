@@ -3,7 +3,9 @@
 Starts dagster-webserver on a free loopback port over the project's DAGSTER_HOME (default
 `.dagster_home`), screenshots the global asset graph with every group expanded into
 docs/images/asset-graph.png, and the timeline report `$LAKEHOUSE_ROOT/reports/timeline.html` into
-docs/images/timeline.png when it exists. The graph renders from the definitions alone, so an
+docs/images/timeline.png when it exists, and Prometheus' graph page of the end-to-end latency SLI
+into docs/images/prometheus-latency.png when `make observe-up`'s Prometheus answers
+(PROMETHEUS_PORT). The graph renders from the definitions alone, so an
 instance without runs still gives a picture; with runs, the nodes show their latest status.
 """
 
@@ -29,6 +31,9 @@ STARTUP_TIMEOUT = 120
 # At 1600 px wide the graph is zoomed out to name-only boxes; 1920 px shows the node details.
 GRAPH_WINDOW = "1920,1080"
 REPORT_WINDOW = "1600,1000"
+# Prometheus' own graph page of the latency SLI (its recording rule), over the last half hour.
+LATENCY_SLI = "pipeline:lakehouse_end_to_end_latency_seconds:p95_5m"
+PROMETHEUS_RANGE = "30m"
 
 
 def free_port() -> int:
@@ -142,6 +147,17 @@ def main() -> int:
         screenshot(chromium, report.as_uri(), IMAGES / "timeline.png", REPORT_WINDOW)
     else:
         print(f"skipped the timeline: {report} does not exist (the report writes it)")
+
+    prometheus = f"http://127.0.0.1:{os.environ.get('PROMETHEUS_PORT') or 9190}"
+    try:
+        urllib.request.urlopen(f"{prometheus}/-/ready", timeout=5).close()
+    except OSError:
+        print(f"skipped Prometheus: nothing answers at {prometheus} (`make observe-up`)")
+    else:
+        graph = urllib.parse.urlencode({"g0.expr": LATENCY_SLI, "g0.tab": "0",
+                                        "g0.range_input": PROMETHEUS_RANGE})
+        screenshot(chromium, f"{prometheus}/graph?{graph}", IMAGES / "prometheus-latency.png",
+                   REPORT_WINDOW)
     return 0
 
 
