@@ -335,7 +335,10 @@ class Settings(BaseSettings):
         types, id and time rules, dimensions, measures; the window, delay and horizon; the
         timestamp policy, the skew and size limits, the start date): the pipeline's spec
         version. The assets' `code_version`: a date materialized under another one is stale."""
-        what = {"shape": self.shape.model_dump(mode="json"),
+        # A JSON shape's digest leaves the input format out: as it was before Avro existed.
+        what = {"shape": self.shape.model_dump(
+                    mode="json", exclude={"format", "avro"} if self.shape.format == "json"
+                    else None),
                 **{k: str(getattr(self, k)) for k in (
                     "window_size", "watermark_delay", "correction_horizon", "timestamp_policy",
                     "future_skew", "max_event_bytes", "partitions_start_date")}}

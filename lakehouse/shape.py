@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from lakehouse.avro import AvroInput, check_fields
+
 IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 # Columns the tables that hold a pipeline's dimensions or measure fields already have (bronze,
@@ -153,6 +155,20 @@ class EventShape(BaseModel):
     event_time: EventTime = EventTime()
     dimensions: tuple[Dimension, ...] = (Dimension(name="key"),)
     measures: tuple[Measure, ...] = (Measure(field="value"),)
+    # The record value's encoding: one JSON object (the contract's), or Avro (`lakehouse.avro`).
+    format: Literal["json", "avro"] = "json"
+    avro: AvroInput | None = None
+
+    @model_validator(mode="after")
+    def _input(self) -> EventShape:
+        if self.format == "avro" and self.avro is None:
+            raise ValueError("format avro: declare its schemas (avro: {wire_format: confluent, "
+                             "schemas: {1: orders_v1.avsc}})")
+        if self.format == "json" and self.avro is not None:
+            raise ValueError("avro: the schemas are for format: avro (the default is json)")
+        if self.avro is not None:
+            check_fields(self.avro, self.fields, self.event_time.field, self.event_time.formats)
+        return self
 
     @model_validator(mode="after")
     def _refer_to_fields(self) -> EventShape:

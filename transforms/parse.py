@@ -25,6 +25,16 @@ from pyspark.sql import functions as F
 
 from lakehouse.settings import Settings, spark_interval
 from lakehouse.shape import DEFAULT_SHAPE, EventShape, bound_exponent, precision_scale
+from transforms import avro
+
+
+def record_reasons(shape: EventShape) -> tuple[str, ...]:
+    """The record-level codes after `empty_payload`: JSON's, or an Avro shape's (a value with no
+    Confluent header is `invalid_avro` before its schema id is read)."""
+    if shape.format == "avro":
+        return (("unknown_schema_id", "invalid_avro") if shape.avro.wire_format == "confluent"
+                else ("invalid_avro",))
+    return ("invalid_utf8", "invalid_json", "not_an_object")
 
 
 def reasons(shape: EventShape) -> tuple[str, ...]:
@@ -32,7 +42,7 @@ def reasons(shape: EventShape) -> tuple[str, ...]:
     record, then the id and the dimensions, the time and the measure fields by name."""
     dims, fields = shape.dimension_names, shape.measure_fields
     return (
-        "payload_too_large", "empty_payload", "invalid_utf8", "invalid_json", "not_an_object",
+        "payload_too_large", "empty_payload", *record_reasons(shape),
         "missing_event_id", *(f"missing_{d}" for d in dims),
         "invalid_event_id", *(f"invalid_{d}" for d in dims),
         "missing_event_time", *(f"missing_{f}" for f in fields),
@@ -142,20 +152,25 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     dims, fields = shape.dimension_names, shape.measure_fields
     # Staged selects: each expensive expression is computed once and referenced by name
     # (Spark does not collapse projections that would duplicate non-cheap expressions).
+    is_avro = shape.format == "avro"
     df = raw.select(
         F.col("key").alias("__raw_key"),
         F.col("value").alias("__raw_value"),
-        F.col("value").cast("string").alias("__text"),
+        # The JSON text (Avro: none; its fields are never JSON doubles to re-read).
+        (F.lit(None).cast("string") if is_avro else F.col("value").cast("string")).alias("__text"),
         "topic",
         "partition",
         "offset",
         F.col("timestamp").alias("kafka_timestamp"),
         F.octet_length("value").alias("value_bytes"),
     )
-    df = df.withColumn("__utf8", F.is_valid_utf8("__text"))
     too_big = F.col("value_bytes") > F.lit(settings.max_event_bytes)
-    # Parse only payloads that are valid UTF-8 and not oversized (CASE WHEN is lazy).
-    df = df.withColumn("__v", F.when(~too_big & F.col("__utf8"), F.try_parse_json("__text")))
+    if is_avro:  # decoded into the VARIANT the JSON path parses into (transforms.avro)
+        df = avro.decode(df, shape.avro, ~too_big)
+    else:
+        df = df.withColumn("__utf8", F.is_valid_utf8("__text"))
+        # Parse only payloads that are valid UTF-8 and not oversized (CASE WHEN is lazy).
+        df = df.withColumn("__v", F.when(~too_big & F.col("__utf8"), F.try_parse_json("__text")))
     v = F.col("__v")
     source = {d.name: d.source for d in shape.dimensions}
 
@@ -173,8 +188,8 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
         F.try_variant_get(v, _path(shape.event_time.field), "string").alias("__time_text"),
         *[c for f in fields for c in text_and_type(f, f)],
         F.try_variant_get(v, "$.attributes", "string").alias("attributes"),
-        # Valid JSON whose first character is '{' is an object.
-        F.ltrim("__text").startswith("{").alias("__is_object"),
+        # Valid JSON whose first character is '{' is an object (a decoded Avro record is one).
+        (F.lit(True) if is_avro else F.ltrim("__text").startswith("{")).alias("__is_object"),
     )
 
     # Measure fields: exact decimals. Plain notation (VARIANT decimal, integer or numeric
@@ -225,12 +240,14 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
 
     reason = (
         F.when(too_big, "payload_too_large")
-        .when(F.col("__raw_value").isNull() | (F.col("value_bytes") == 0), "empty_payload")
-        .when(~F.col("__utf8"), "invalid_utf8")
-        .when(v.isNull(), "invalid_json")
-        .when(~F.col("__is_object"), "not_an_object")
-        .when(_blank(F.col("event_id")), "missing_event_id")
-    )
+        .when(F.col("__raw_value").isNull() | (F.col("value_bytes") == 0), "empty_payload"))
+    if is_avro:
+        reason = avro.record_reason(reason, shape.avro)
+    else:
+        reason = (reason.when(~F.col("__utf8"), "invalid_utf8")
+                  .when(v.isNull(), "invalid_json")
+                  .when(~F.col("__is_object"), "not_an_object"))
+    reason = reason.when(_blank(F.col("event_id")), "missing_event_id")
     for d in dims:
         reason = reason.when(dimension[d][1], f"missing_{d}")
     reason = reason.when(_not_scalar(F.col("__id_type")), "invalid_event_id")
@@ -319,6 +336,8 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
                        F.lit(f" is {'neither ' if ' nor ' in forms else 'not '}{forms}")))
         .when(reason == "invalid_event_id", _not_a_string(shape.event_id, "__id_type"))
     )
+    if shape.format == "avro":
+        detail = avro.record_detail(detail, reason, shape.avro)
     for f in shape.measure_fields:
         kind = shape.fields[f]
         detail = detail.when(
