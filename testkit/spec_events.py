@@ -20,6 +20,7 @@ from decimal import ROUND_DOWN, Decimal, localcontext
 
 from lakehouse.shape import EventShape, precision_scale
 from specs.pipeline import PipelineSpec
+from testkit import avro_events
 from testkit.generator import Generated, GeneratorConfig, Record, _encode
 from testkit.reference import VALID_KINDS, dedup
 
@@ -68,6 +69,8 @@ def _plan(shape: EventShape) -> dict[str, tuple[str | None, object]]:
 
 def malformed_kinds(spec: PipelineSpec) -> tuple[str, ...]:
     """The quarantine reason codes `generate_for_spec` makes records of, for this spec."""
+    if spec.shape.format == "avro":
+        return tuple(avro_events.plan(spec.shape))
     return tuple(_plan(spec.shape))
 
 
@@ -184,6 +187,8 @@ def generate_for_spec(spec: PipelineSpec, cfg: GeneratorConfig) -> Generated:
     step = cfg.span / max(cfg.count, 1)
     kinds = malformed_kinds(spec)
     disorder_ms = int(cfg.disorder / timedelta(milliseconds=1))
+    # Avro specs: the same events, written as Avro records (testkit.avro_events); JSON: as text.
+    codec = avro_events.AvroCodec(spec.shape) if spec.shape.format == "avro" else None
     out, sent, malformed = Generated(), [], 0
     for i in range(cfg.count):
         nominal = start + step * i  # the arrival clock
@@ -193,21 +198,27 @@ def generate_for_spec(spec: PipelineSpec, cfg: GeneratorConfig) -> Generated:
             kind = kinds[malformed % len(kinds)]
             malformed += 1
             base = _event(spec, cfg, rnd, i, nominal, start)
-            out.records.append(Record(_key(spec, base), _malformed(spec, kind, base, nominal, rnd),
-                                      kind))
+            value = (codec.malformed(kind, base, nominal, rnd, malformed // len(kinds)) if codec
+                     else _malformed(spec, kind, base, nominal, rnd))
+            out.records.append(Record(_key(spec, base), value, kind))
         elif roll < cfg.malformed_fraction + cfg.duplicate_fraction and sent:
             old = len(sent) > RECENT and rnd.random() < 0.3
-            event = rnd.choice(sent[:-RECENT] if old else sent[-RECENT:])  # re-sent unchanged
-            out.records.append(Record(_key(spec, event), _encode(event),
+            event, value = rnd.choice(sent[:-RECENT] if old else sent[-RECENT:])  # unchanged
+            out.records.append(Record(_key(spec, event), value,
                                       "late_duplicate" if old else "duplicate", event))
         else:
             late = rnd.random() < cfg.late_fraction and nominal - start > timedelta(hours=3)
             behind = (timedelta(seconds=rnd.randint(120, 3 * 3600)) if late
                       else timedelta(milliseconds=rnd.randint(0, disorder_ms)))
-            event = _event(spec, cfg, rnd, i, nominal - behind, start)
-            sent.append(event)
-            out.records.append(Record(_key(spec, event), _encode(event),
-                                      "late" if late else "event", event))
+            t = nominal - behind
+            event = _event(spec, cfg, rnd, i, t, start)
+            if codec:
+                value, event = codec.encode(event, t, rnd)
+            else:
+                value = _encode(event)
+            sent.append((event, value))
+            out.records.append(Record(_key(spec, event), value, "late" if late else "event",
+                                      event))
     return out
 
 
@@ -217,6 +228,8 @@ def parse_time(spec: PipelineSpec, raw: str | int) -> datetime:
     """An event time in one of the spec's forms as an aware UTC datetime; ValueError otherwise
     (an ISO time without an offset included: its instant is unknown)."""
     forms = spec.shape.event_time.formats
+    if isinstance(raw, datetime) and raw.tzinfo is not None:  # Avro's timestamp-millis
+        return raw.astimezone(UTC)
     if (isinstance(raw, int) and not isinstance(raw, bool)) or (
             isinstance(raw, str) and _DIGITS.match(raw)):
         if "epoch_millis" in forms:
@@ -238,7 +251,9 @@ def window_start(spec: PipelineSpec, t: datetime) -> datetime:
 def _dimension(field_type: str, value) -> str | int | date:
     if field_type in ("int", "long"):
         return int(value)
-    return date.fromisoformat(value) if field_type == "date" else str(value)
+    if field_type == "date":
+        return value if isinstance(value, date) else date.fromisoformat(value)
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -255,7 +270,8 @@ def rows_for_spec(spec: PipelineSpec, records) -> list[SpecRow]:
     for r in records:
         if r.kind not in VALID_KINDS:
             continue
-        e = json.loads(r.value, parse_float=Decimal)
+        e = (avro_events.decode(shape, r.value) if shape.format == "avro"
+             else json.loads(r.value, parse_float=Decimal))
         rows.append(SpecRow(
             str(e[shape.event_id]), parse_time(spec, e[shape.event_time.field]),
             tuple(_dimension(shape.fields[d.source], e[d.source]) for d in shape.dimensions),
