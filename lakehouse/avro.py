@@ -35,7 +35,7 @@ PROMOTIONS = {("int", "long"), ("int", "float"), ("int", "double"), ("long", "fl
 
 
 class AvroSchema(BaseModel):
-    """One writer schema: where it came from (a file name, or `inline`) and its JSON text."""
+    """One writer schema: where it came from (a file name, or `inline schema`) and its JSON text."""
 
     model_config = STRICT
     source: str
@@ -54,7 +54,7 @@ class AvroSchema(BaseModel):
 def _load(value: Any, key: Any, folder: Path | None) -> dict:
     """A schema entry (a file name, or the schema inline) as an AvroSchema's fields."""
     if isinstance(value, Mapping):
-        source, schema = "inline", dict(value)
+        source, schema = "inline schema", dict(value)
     elif isinstance(value, str):
         source = value
         if folder is None:
