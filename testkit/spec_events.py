@@ -283,13 +283,19 @@ def rows_for_spec(spec: PipelineSpec, records) -> list[SpecRow]:
 def expected_windows_for_spec(spec: PipelineSpec, records) -> dict:
     """{(window_start naive UTC, *dimension values): {"event_count": n, <measure column>:
     Decimal at the column's scale}} for arrival-ordered records: what gold must hold."""
+    return windows_of_rows(spec, rows_for_spec(spec, records))
+
+
+def windows_of_rows(spec: PipelineSpec, rows: list[SpecRow]) -> dict:
+    """`expected_windows_for_spec` of arrival-ordered valid rows (the first arrival of an id
+    within its date counts)."""
     shape, out = spec.shape, {}
     columns = [(m.field, column, aggregate, precision_scale(kind)[1])
                for m in shape.measures
                for (column, kind), aggregate in zip(shape.measure_columns_of(m), m.aggregates,
                                                     strict=True)]
     with localcontext(prec=80):  # exact: sums of decimal(38, s) values need up to 38+ digits
-        for r in dedup(rows_for_spec(spec, records)):
+        for r in dedup(rows):
             k = (window_start(spec, r.time).replace(tzinfo=None), *r.dimensions)
             acc = out.setdefault(k, {"event_count": 0})
             acc["event_count"] += 1
