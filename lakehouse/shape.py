@@ -158,6 +158,66 @@ class EventShape(BaseModel):
     # The record value's encoding: one JSON object (the contract's), or Avro (`lakehouse.avro`).
     format: Literal["json", "avro"] = "json"
     avro: AvroInput | None = None
+    # Nested fields: a field's name -> its path in the event (`customer_address_country` ->
+    # `customer.address.country`), from `fields` keys with dots (`_nested_paths`); set by no spec.
+    paths: dict[Identifier, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nested_paths(cls, data: Any) -> Any:
+        """A dotted `fields` key is a path into nested objects: the field's name is the path with
+        `_` for the dots (`customer.address.country` -> `customer_address_country`), and the id,
+        time, dimension and measure references that spell the path are that name."""
+        if not isinstance(data, dict) or not isinstance(data.get("fields"), dict):
+            return data
+        if "paths" in data:
+            raise ValueError("paths: not a spec key (a nested field is declared by its path in "
+                             "fields: customer.address.country: string)")
+        data, fields, paths = dict(data), {}, {}
+        for key, kind in data["fields"].items():
+            key = str(key)
+            if "." not in key:
+                fields[key] = kind
+                continue
+            for part in key.split("."):
+                if not IDENT.match(part):
+                    raise ValueError(f"fields.{key}: {part!r} is not a path segment: lower-case "
+                                     "letters, digits and _, starting with a letter or _")
+            name = key.replace(".", "_")
+            if name in data["fields"] or name in paths:
+                raise ValueError(f"fields.{key}: its column name {name!r} is also "
+                                 f"{'field ' + repr(paths[name]) if name in paths else 'declared'}"
+                                 ": rename one")
+            fields[name], paths[name] = kind, key
+        if not paths:
+            return data
+        if data.get("format") == "avro":
+            raise ValueError(f"fields.{next(iter(paths.values()))}: nested fields are read from "
+                             "JSON events; an Avro spec declares its reader schema's top-level "
+                             "fields")
+        named = {path: name for name, path in paths.items()}
+
+        def ref(value: Any) -> Any:
+            return named.get(value, value) if isinstance(value, str) else value
+
+        def field_ref(value: Any) -> Any:
+            if isinstance(value, dict) and "field" in value:
+                return {**value, "field": ref(value["field"])}
+            return ref(value)
+
+        data.update(fields=fields, paths=paths)
+        if "event_id" in data:
+            data["event_id"] = ref(data["event_id"])
+        if isinstance(data.get("event_time"), dict):
+            data["event_time"] = field_ref(data["event_time"])
+        for key in ("dimensions", "measures"):
+            if isinstance(data.get(key), list | tuple):
+                data[key] = [field_ref(v) for v in data[key]]
+        return data
+
+    def path_of(self, field: str) -> str:
+        """Where a declared field is in the event: its dotted path (its name at the top)."""
+        return self.paths.get(field, field)
 
     @model_validator(mode="after")
     def _input(self) -> EventShape:

@@ -109,8 +109,22 @@ def _split(classified: DataFrame, settings: Settings) -> tuple[DataFrame, DataFr
     return valid, quarantined
 
 
-def _path(field: str) -> str:
-    return f"$['{field}']" if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", field) else f"$.{field}"
+def _path(path: str) -> str:
+    """The VARIANT path of a field's (dotted) path in the event."""
+    return "$" + "".join(f"['{p}']" if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", p) else f".{p}"
+                         for p in path.split("."))
+
+
+def _exact_reread(path: str, exact: str) -> Column:
+    """The number at `path` re-read from the JSON text by Jackson's exact BigDecimal path."""
+    *outer, leaf = path.split(".")
+    ddl = f"`{leaf}` {exact}"
+    for part in reversed(outer):
+        ddl = f"`{part}` struct<{ddl}>"
+    value = F.from_json("__text", ddl)
+    for part in path.split("."):
+        value = value[part]
+    return value
 
 
 def _event_time(text: Column, formats: tuple[str, ...]) -> Column:
@@ -175,17 +189,20 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     source = {d.name: d.source for d in shape.dimensions}
 
     def text_and_type(field: str, alias: str) -> list[Column]:
-        return [F.try_variant_get(v, _path(field), "string").alias(f"_{alias}_text"),
-                F.schema_of_variant(F.try_variant_get(v, _path(field), "variant"))
+        at = _path(shape.path_of(field))
+        return [F.try_variant_get(v, at, "string").alias(f"_{alias}_text"),
+                F.schema_of_variant(F.try_variant_get(v, at, "variant"))
                 .alias(f"_{alias}_type")]
 
     df = df.select(
         "*",
-        F.try_variant_get(v, _path(shape.event_id), "string").alias("event_id"),
-        F.schema_of_variant(F.try_variant_get(v, _path(shape.event_id), "variant"))
+        F.try_variant_get(v, _path(shape.path_of(shape.event_id)), "string").alias("event_id"),
+        F.schema_of_variant(F.try_variant_get(v, _path(shape.path_of(shape.event_id)),
+                                              "variant"))
         .alias("__id_type"),
         *[c for d in dims for c in text_and_type(source[d], d)],
-        F.try_variant_get(v, _path(shape.event_time.field), "string").alias("__time_text"),
+        F.try_variant_get(v, _path(shape.path_of(shape.event_time.field)), "string")
+        .alias("__time_text"),
         *[c for f in fields for c in text_and_type(f, f)],
         F.try_variant_get(v, "$.attributes", "string").alias("attributes"),
         # Valid JSON whose first character is '{' is an object (a decoded Avro record is one).
@@ -201,7 +218,7 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     for f in fields:
         text, is_double = F.trim(F.col(f"_{f}_text")), F.col(f"_{f}_type") == "DOUBLE"
         staged += [
-            F.when(is_double, F.from_json("__text", f"`{f}` {exact[f]}")[f]).alias(f"_{f}_exact"),
+            F.when(is_double, _exact_reread(shape.path_of(f), exact[f])).alias(f"_{f}_exact"),
             (text.rlike(_PLAIN_NUMBER) & ~is_double).alias(f"_{f}_plain"),
             text.rlike(_at_most_decimals(precision_scale(types[f])[1])).alias(f"_{f}_scale"),
             text.isin("NaN", "Infinity", "-Infinity").alias(f"_{f}_nonfinite"),
@@ -218,7 +235,7 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
             # Same-type comparison: mixed decimal scales would be widened back to the scale.
             (exact_f.isNotNull() & (exact_f != exact_f.cast(types[f]).cast(exact[f])))
             # The re-read rounds digits past its scale, so count them in the literal text.
-            | (is_double & _literal_too_precise(F.col("__text"), v, f,
+            | (is_double & _literal_too_precise(F.col("__text"), v, shape.path_of(f),
                                                  precision_scale(types[f])[1])))
         df = df.withColumn(
             f, F.when(plain, text.try_cast(types[f])).otherwise(exact_f.cast(types[f])))
@@ -294,12 +311,13 @@ def quarantine_columns_only(shape: EventShape) -> tuple[str, ...]:
             *(f"_{f}_{part}" for f in shape.measure_fields for part in ("text", "exact")))
 
 
-def _literal_too_precise(text: Column, v: Column, field: str, scale: int) -> Column:
-    """True when a `"<field>": <number>` literal in the JSON text equals the parsed double and
-    has more than `scale` fractional digits once its exponent is applied (1.25E-7 has 9). Only
-    such literals count, so a nested field of that name elsewhere in the object cannot decide
-    (unless it is the same number)."""
-    as_double = F.try_variant_get(v, _path(field), "double")
+def _literal_too_precise(text: Column, v: Column, path: str, scale: int) -> Column:
+    """True when a `"<key>": <number>` literal in the JSON text (the path's last key) equals the
+    parsed double and has more than `scale` fractional digits once its exponent is applied
+    (1.25E-7 has 9). Only such literals count, so a field of that name elsewhere in the object
+    cannot decide (unless it is the same number)."""
+    as_double = F.try_variant_get(v, _path(path), "double")
+    field = path.split(".")[-1]
 
     def fractional_digits(literal: Column) -> Column:
         fraction = F.regexp_replace(F.regexp_extract(literal, r"\.([0-9]*)", 1), "0+$", "")
@@ -326,7 +344,8 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
     shape = settings.shape
     reason = F.col("reason")
     forms = " nor ".join(_TIME_FORMS[f] for f in sorted(shape.event_time.formats))
-    time_field = shape.event_time.field
+    # Details name a field by its path in the event (its name, at the top level).
+    time_field = shape.path_of(shape.event_time.field)
     detail = (
         F.when(reason == "payload_too_large",
                F.format_string("%d bytes > MAX_EVENT_BYTES=%d", "value_bytes",
@@ -334,15 +353,22 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
         .when(reason == "invalid_event_time",
               F.concat(F.lit(f"{time_field}="), F.substring("__time_text", 1, 80),
                        F.lit(f" is {'neither ' if ' nor ' in forms else 'not '}{forms}")))
-        .when(reason == "invalid_event_id", _not_a_string(shape.event_id, "__id_type"))
+        .when(reason == "invalid_event_id",
+              _not_a_string(shape.path_of(shape.event_id), "__id_type"))
     )
+    nested = shape.paths
+    for name, source in [(d.name, d.source) for d in shape.dimensions] + [
+            (f, f) for f in shape.measure_fields]:
+        if source in nested:  # a nested field's absence: which path was looked up
+            detail = detail.when(reason == f"missing_{name}",
+                                 F.lit(f"no value at {nested[source]}"))
     if shape.format == "avro":
         detail = avro.record_detail(detail, reason, shape.avro)
     for f in shape.measure_fields:
         kind = shape.fields[f]
         detail = detail.when(
             reason.isin(f"invalid_{f}", f"{f}_too_precise", f"{f}_out_of_range"),
-            F.concat(F.lit(f"{f}="),
+            F.concat(F.lit(f"{shape.path_of(f)}="),
                      F.substring(F.coalesce(F.col(f"_{f}_exact").cast("string"),
                                             F.col(f"_{f}_text")), 1, 80),
                      F.lit(f" (exact decimal, at most {precision_scale(kind)[1]} fractional "
@@ -351,8 +377,9 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
         kind = shape.fields[d.source]
         detail = detail.when(
             reason == f"invalid_{d.name}",
-            _not_a_string(d.name, f"_{d.name}_type") if kind == "string" else
-            F.concat(F.lit(f"{d.name}="), F.substring(f"_{d.name}_text", 1, 80),
+            _not_a_string(nested.get(d.source, d.name), f"_{d.name}_type") if kind == "string"
+            else F.concat(F.lit(f"{nested.get(d.source, d.name)}="),
+                          F.substring(f"_{d.name}_text", 1, 80),
                      F.lit(f" is not {'an ISO date' if kind == 'date' else 'an integer'}")))
     detail = (
         detail.when(reason == "event_time_before_start",
