@@ -98,6 +98,8 @@ class Dimension(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _short(cls, data: Any) -> Any:
+        if isinstance(data, str) and "." in data:  # a path no field declares (the shape says)
+            return {"name": data.replace(".", "_"), "field": data}
         return {"name": data} if isinstance(data, str) else data
 
     @property
@@ -170,10 +172,7 @@ class EventShape(BaseModel):
         time, dimension and measure references that spell the path are that name."""
         if not isinstance(data, dict) or not isinstance(data.get("fields"), dict):
             return data
-        if "paths" in data:
-            raise ValueError("paths: not a spec key (a nested field is declared by its path in "
-                             "fields: customer.address.country: string)")
-        data, fields, paths = dict(data), {}, {}
+        data, fields, paths = dict(data), {}, dict(data.get("paths") or {})
         for key, kind in data["fields"].items():
             key = str(key)
             if "." not in key:
@@ -184,13 +183,13 @@ class EventShape(BaseModel):
                     raise ValueError(f"fields.{key}: {part!r} is not a path segment: lower-case "
                                      "letters, digits and _, starting with a letter or _")
             name = key.replace(".", "_")
-            if name in data["fields"] or name in paths:
+            if name in data["fields"] or name in fields:
                 raise ValueError(f"fields.{key}: its column name {name!r} is also "
                                  f"{'field ' + repr(paths[name]) if name in paths else 'declared'}"
                                  ": rename one")
             fields[name], paths[name] = kind, key
-        if not paths:
-            return data
+        if fields.keys() == data["fields"].keys():
+            return data  # no dotted key (a shape re-validated from its dump keeps its paths)
         if data.get("format") == "avro":
             raise ValueError(f"fields.{next(iter(paths.values()))}: nested fields are read from "
                              "JSON events; an Avro spec declares its reader schema's top-level "

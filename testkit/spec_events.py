@@ -74,6 +74,31 @@ def malformed_kinds(spec: PipelineSpec) -> tuple[str, ...]:
     return tuple(_plan(spec.shape))
 
 
+# ---- nested fields: an event is the JSON object, a field is at its path (`shape.path_of`) ----
+
+def get(shape: EventShape, event: dict, field: str):
+    """The value of a declared field in an event (None when its path is absent)."""
+    for key in shape.path_of(field).split("."):
+        if not isinstance(event, dict) or key not in event:
+            return None
+        event = event[key]
+    return event
+
+
+def put(shape: EventShape, event: dict, field: str, value) -> None:
+    *outer, leaf = shape.path_of(field).split(".")
+    for key in outer:
+        event = event.setdefault(key, {})
+    event[leaf] = value
+
+
+def drop(shape: EventShape, event: dict, field: str) -> None:
+    *outer, leaf = shape.path_of(field).split(".")
+    for key in outer:
+        event = event[key]
+    event.pop(leaf)
+
+
 # ---- generation --------------------------------------------------------------------------------
 
 def _time(shape: EventShape, t: datetime, rnd: random.Random) -> str | int:
@@ -131,21 +156,21 @@ def _event(spec: PipelineSpec, cfg: GeneratorConfig, rnd: random.Random, i: int,
     event: dict = {}
     for name, kind in shape.fields.items():
         if name == shape.event_id:
-            event[name] = _event_id(spec, cfg.seed, i)
+            put(shape, event, name, _event_id(spec, cfg.seed, i))
         elif name == shape.event_time.field:
-            event[name] = _time(shape, t, rnd)
+            put(shape, event, name, _time(shape, t, rnd))
         elif kind == "timestamp":
-            event[name] = t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            put(shape, event, name, t.isoformat(timespec="milliseconds").replace("+00:00", "Z"))
         elif kind.startswith("decimal"):
-            event[name] = _json_number(_decimal(kind, rnd), rnd)
+            put(shape, event, name, _json_number(_decimal(kind, rnd), rnd))
         else:
             k = 0 if name == hot and rnd.random() < cfg.hot_key_share else rnd.randrange(VOCABULARY)
-            event[name] = _scalar(name, kind, k, start)
+            put(shape, event, name, _scalar(name, kind, k, start))
     return event
 
 
 def _key(spec: PipelineSpec, event: dict) -> bytes | None:
-    value = event.get(spec.shape.dimensions[0].source)
+    value = get(spec.shape, event, spec.shape.dimensions[0].source)
     return None if value is None else str(value).encode()
 
 
@@ -161,14 +186,15 @@ def _malformed(spec: PipelineSpec, kind: str, base: dict, t: datetime,
         return b'{"\xff\xfe":0,' + raw[1:]
     forms = spec.shape.event_time.formats
     if replacement is _DROP:
-        base.pop(field)
+        drop(spec.shape, base, field)
     elif replacement is _FUTURE:  # far beyond any skew whenever it is produced
-        base[field] = _time(spec.shape, t + timedelta(days=3650), rnd)
+        put(spec.shape, base, field, _time(spec.shape, t + timedelta(days=3650), rnd))
     elif replacement is _BEFORE_START:
-        base[field] = (int(t.timestamp()) if "epoch_millis" in forms  # seconds where ms are due
-                       else "1970-01-02T00:00:00Z" if "iso8601" in forms else 86_400)
+        put(spec.shape, base, field,  # seconds where milliseconds are due
+            int(t.timestamp()) if "epoch_millis" in forms
+            else "1970-01-02T00:00:00Z" if "iso8601" in forms else 86_400)
     else:
-        base[field] = replacement
+        put(spec.shape, base, field, replacement)
     return _encode(base)
 
 
@@ -198,9 +224,10 @@ def generate_for_spec(spec: PipelineSpec, cfg: GeneratorConfig) -> Generated:
             kind = kinds[malformed % len(kinds)]
             malformed += 1
             base = _event(spec, cfg, rnd, i, nominal, start)
+            key = _key(spec, base)  # before the record is spoiled
             value = (codec.malformed(kind, base, nominal, rnd, malformed // len(kinds)) if codec
                      else _malformed(spec, kind, base, nominal, rnd))
-            out.records.append(Record(_key(spec, base), value, kind))
+            out.records.append(Record(key, value, kind))
         elif roll < cfg.malformed_fraction + cfg.duplicate_fraction and sent:
             old = len(sent) > RECENT and rnd.random() < 0.3
             event, value = rnd.choice(sent[:-RECENT] if old else sent[-RECENT:])  # unchanged
@@ -273,9 +300,11 @@ def rows_for_spec(spec: PipelineSpec, records) -> list[SpecRow]:
         e = (avro_events.decode(shape, r.value) if shape.format == "avro"
              else json.loads(r.value, parse_float=Decimal))
         rows.append(SpecRow(
-            str(e[shape.event_id]), parse_time(spec, e[shape.event_time.field]),
-            tuple(_dimension(shape.fields[d.source], e[d.source]) for d in shape.dimensions),
-            {f: Decimal(e[f].strip() if isinstance(e[f], str) else e[f])
+            str(get(shape, e, shape.event_id)), parse_time(spec, get(shape, e,
+                                                                    shape.event_time.field)),
+            tuple(_dimension(shape.fields[d.source], get(shape, e, d.source))
+                  for d in shape.dimensions),
+            {f: Decimal(v.strip() if isinstance(v := get(shape, e, f), str) else v)
              for f in shape.measure_fields}))
     return rows
 
