@@ -261,6 +261,9 @@ def check_fields(avro: AvroInput, fields: Mapping[str, str], time_field: str,
             raise ValueError(f"fields.{name}: {_show(reader.fields[name])} in {reader.source}: "
                              "a union of several types is no scalar field")
         k = kind(bs[0])
+        if k == "decimal" and not 1 <= int(bs[0].get("precision", 0)) <= 38:
+            raise ValueError(f"fields.{name}: {_show(bs[0])} in {reader.source}: a decimal's "
+                             "precision is 1-38 (Spark's decimals)")
         if name == time_field:
             needs = _TIME_KINDS.get(k)
             if needs is None:

@@ -4,7 +4,9 @@ The JSON is parsed once into a VARIANT (`try_parse_json`): unlike `from_json` wi
 fields, a VARIANT keeps plain-notation JSON numbers as exact decimals, so `value` never passes
 through a binary float. Numbers in exponent notation arrive in the VARIANT as doubles; for those
 rare rows (and only those: CASE WHEN evaluates lazily) the value is re-read with Jackson's exact
-BigDecimal path (`from_json` into decimal(38,18)).
+BigDecimal path (`from_json` into decimal(38,18)). An Avro pipeline's records are decoded into
+that VARIANT by `from_avro` (`transforms.avro`), and classified from there by the same code.
+A nested field is read at its path (`EventShape.path_of`).
 
 The classification's working columns are its own: the fixed ones start with `__` (`__text`,
 `__id_type`), a field's are `_<name>_<part>` (`_amount_text`); a spec's column names start with
