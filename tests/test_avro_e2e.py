@@ -1,9 +1,11 @@
 """The Avro orders pipeline (examples/orders_avro.yaml: Confluent wire format, two schema
 versions) end to end through its prefixed Dagster jobs on a real broker: generated records of
-both versions with unknown schema ids and undecodable bytes among them, two catch-ups, corrections
+both versions with unknown schema ids and undecodable bytes among them, a catch-up, corrections
 and the replay of every date. Gold == replay == the independent reference (fastavro's decoding,
 plain Python counting) for every date, the blocking proof passes, the quarantine holds each
-malformed record once under its reason, with its bytes."""
+malformed record once under its reason, with its bytes. One catch-up of few events: decoding is
+what is Avro's; the late lane and the corrections are the JSON pipelines' code, tested at length
+elsewhere."""
 
 import base64
 import shutil
@@ -38,7 +40,7 @@ def avro_orders(tmp_path_factory, kafka_bootstrap):
     from lakehouse.env import overridden
     from orchestration.definitions import definitions_for
     from specs.pipeline import load_spec
-    from testkit.generator import GeneratorConfig, end_across_midnight, produce
+    from testkit.generator import GeneratorConfig, produce
     from testkit.spec_events import generate_for_spec
 
     tmp = tmp_path_factory.mktemp("avro")
@@ -53,14 +55,13 @@ def avro_orders(tmp_path_factory, kafka_bootstrap):
         defs = definitions_for(spec_pipelines(), LakehouseResource())
         spec, instance = load_spec(path), DagsterInstance.ephemeral()
         settings = defs.resources["lakehouse"].settings_for("orders_avro")
-        end = end_across_midnight(datetime.now(UTC).replace(second=0, microsecond=0))
+        end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
         records = generate_for_spec(spec, GeneratorConfig(
-            count=700, seed=41, end=end, span=timedelta(hours=4), late_fraction=0.08,
-            duplicate_fraction=0.04, malformed_fraction=0.05)).records
-        half, proofs = len(records) // 2, {}
-        for chunk in (records[:half], records[half:]):
-            produce(settings, chunk)
-            assert run(defs, "orders_avro__stream_catch_up", instance)[0].success
+            count=500, seed=41, end=end, span=timedelta(minutes=90), duplicate_fraction=0.04,
+            malformed_fraction=0.06)).records
+        proofs = {}
+        produce(settings, records)
+        assert run(defs, "orders_avro__stream_catch_up", instance)[0].success
         for d in sorted(bronze_dates(settings)):
             result, checks = run(defs, "orders_avro__reconcile_dates", instance,
                                  partition_key=d.isoformat())
@@ -76,7 +77,7 @@ def test_every_date_is_proven_and_equals_the_reference(avro_orders):
     )
 
     spec, settings, records = avro_orders.spec, avro_orders.settings, avro_orders.records
-    assert len(avro_orders.proofs) == 2, avro_orders.proofs  # the span crosses a midnight
+    assert avro_orders.proofs
     for d, (ok, checks) in avro_orders.proofs.items():
         assert ok and checks.get("reconciled_equals_replay") is True, (d, checks)
         assert all(checks.values()), (d, checks)
