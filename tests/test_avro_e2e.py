@@ -1,13 +1,15 @@
 """The Avro orders pipeline (examples/orders_avro.yaml: Confluent wire format, two schema
-versions) end to end through its prefixed Dagster jobs on a real broker: generated records of
-both versions with unknown schema ids and undecodable bytes among them, a catch-up, corrections
-and the replay of every date. Gold == replay == the independent reference (fastavro's decoding,
-plain Python counting) for every date, the blocking proof passes, the quarantine holds each
-malformed record once under its reason, with its bytes. One catch-up of few events: decoding is
-what is Avro's; the late lane and the corrections are the JSON pipelines' code, tested at length
-elsewhere."""
+versions) end to end on a real broker, through a crash: generated records of both versions, with
+unknown schema ids and undecodable bytes among them, streamed by its service (`make stream
+PIPELINE=...`), which is SIGKILLed inside its first batch (quarantine and bronze committed, the
+aggregates not); its prefixed Dagster jobs then catch up on the same checkpoint (the killed batch
+re-run, then the rest) and reconcile every date. Gold == replay == the independent reference
+(fastavro's decoding, plain Python counting) for every date, with the blocking proof passing;
+every offset once, in bronze or in the quarantine under its reason with its bytes; the live
+aggregates exact (every event once, except exactly the copies the late lane recorded)."""
 
 import base64
+import os
 import shutil
 import uuid
 from collections import Counter
@@ -21,6 +23,7 @@ import yaml
 from lakehouse.table_reads import bronze_dates, read
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+pytestmark = pytest.mark.slow  # its fixture: over a minute alone
 
 
 def run(defs, name, instance, **kw):
@@ -40,6 +43,7 @@ def avro_orders(tmp_path_factory, kafka_bootstrap):
     from lakehouse.env import overridden
     from orchestration.definitions import definitions_for
     from specs.pipeline import load_spec
+    from testkit.faults import kill_inside_batch, running_service
     from testkit.generator import GeneratorConfig, produce
     from testkit.spec_events import generate_for_spec
 
@@ -57,16 +61,22 @@ def avro_orders(tmp_path_factory, kafka_bootstrap):
         settings = defs.resources["lakehouse"].settings_for("orders_avro")
         end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
         records = generate_for_spec(spec, GeneratorConfig(
-            count=500, seed=41, end=end, span=timedelta(minutes=90), duplicate_fraction=0.04,
-            malformed_fraction=0.06)).records
+            count=800, seed=41, end=end, span=timedelta(hours=4), late_fraction=0.06,
+            duplicate_fraction=0.04, malformed_fraction=0.05)).records
         proofs = {}
         produce(settings, records)
+        service = {**os.environ, "PIPELINE": str(path), "STREAM_TRIGGER_INTERVAL": "1 second",
+                   "MAX_OFFSETS_PER_TRIGGER": "300"}
+        with running_service(service, tmp / "service.log") as svc:
+            kill_inside_batch(svc, settings, "bronze_before_aggregates", min_batch=0)
+        bronze_after_kill = read(settings, "bronze_events").num_rows
         assert run(defs, "orders_avro__stream_catch_up", instance)[0].success
         for d in sorted(bronze_dates(settings)):
             result, checks = run(defs, "orders_avro__reconcile_dates", instance,
                                  partition_key=d.isoformat())
             proofs[d] = (result.success, {c.check_name: c.passed for c in checks})
-        yield SimpleNamespace(spec=spec, settings=settings, records=records, proofs=proofs)
+        yield SimpleNamespace(spec=spec, settings=settings, records=records, proofs=proofs,
+                              bronze_after_kill=bronze_after_kill)
 
 
 def test_every_date_is_proven_and_equals_the_reference(avro_orders):
@@ -104,3 +114,32 @@ def test_the_quarantine_holds_each_malformed_record_under_its_reason(avro_orders
         r.value for r in bad)
     assert all(q["detail"] for q in quarantine if q["reason"] in ("unknown_schema_id",
                                                                  "invalid_avro"))
+
+
+def test_the_crash_lost_and_duplicated_nothing(avro_orders):
+    from testkit.reference import VALID_KINDS
+    from testkit.spec_events import rows_for_spec, table_windows_for_spec, windows_of_rows
+
+    spec, settings, records = avro_orders.spec, avro_orders.settings, avro_orders.records
+    valid = sum(1 for r in records if r.kind in VALID_KINDS)
+    assert 0 < avro_orders.bronze_after_kill <= 300 < valid  # the killed batch's bronze only
+    positions: Counter = Counter()
+    for table in ("bronze_events", "quarantined_events"):
+        t = read(settings, table)
+        positions.update(zip(t["partition"].to_pylist(), t["offset"].to_pylist(), strict=True))
+    assert max(positions.values()) == 1
+    assert sum(positions.values()) == len(records)
+    for p in {p for p, _ in positions}:  # dense offsets: with the count, each one once
+        offsets = {o for pp, o in positions if pp == p}
+        assert offsets == set(range(len(offsets))), p
+    late_ids = Counter(read(settings, "late_events")["event_id"].to_pylist())
+    assert late_ids
+    kept = []
+    for r in reversed(rows_for_spec(spec, records)):  # a late copy arrives after the counted one
+        if late_ids[r.event_id]:
+            late_ids[r.event_id] -= 1
+        else:
+            kept.append(r)
+    assert not +late_ids
+    assert table_windows_for_spec(spec, read(settings, "streaming_aggregates")) == (
+        windows_of_rows(spec, list(reversed(kept))))
