@@ -23,7 +23,6 @@ import yaml
 from lakehouse.table_reads import bronze_dates, read
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-pytestmark = pytest.mark.slow  # its fixture: over a minute alone
 
 
 def run(defs, name, instance, **kw):
@@ -79,6 +78,7 @@ def avro_orders(tmp_path_factory, kafka_bootstrap):
                               bronze_after_kill=bronze_after_kill)
 
 
+@pytest.mark.slow  # the module's fixture: over a minute alone
 def test_every_date_is_proven_and_equals_the_reference(avro_orders):
     from testkit.spec_events import (
         expected_windows_for_spec,
@@ -101,6 +101,7 @@ def test_every_date_is_proven_and_equals_the_reference(avro_orders):
     assert bronze.num_rows == len(rows_for_spec(spec, records))  # every valid record, once
 
 
+@pytest.mark.slow  # the module's fixture: over a minute alone
 def test_the_quarantine_holds_each_malformed_record_under_its_reason(avro_orders):
     from testkit.reference import VALID_KINDS
     from testkit.spec_events import malformed_kinds
@@ -116,6 +117,7 @@ def test_the_quarantine_holds_each_malformed_record_under_its_reason(avro_orders
                                                                  "invalid_avro"))
 
 
+@pytest.mark.slow  # the module's fixture: over a minute alone
 def test_the_crash_lost_and_duplicated_nothing(avro_orders):
     from testkit.reference import VALID_KINDS
     from testkit.spec_events import rows_for_spec, table_windows_for_spec, windows_of_rows
