@@ -9,9 +9,10 @@
 - Every run counts the same events: the peers' parsed events are checked against bronze.
 - The replay of the larger date against the hand-written batch job on the same offset range,
   interleaved the same way.
-- The same catch-up comparison for a spec's pipeline (BENCH_PIPELINE, default
-  examples/orders.yaml; empty to skip): its events from `testkit.spec_events`, the peers written
-  for its fields (`handwritten.schema`), reported next to the default pipeline's ratios.
+- The same catch-up comparison for specs' pipelines (BENCH_PIPELINE, comma-separated, default
+  examples/orders.yaml; empty to skip): their events from `testkit.spec_events`, the peers
+  written for their fields (`handwritten.schema`; an Avro spec's peers decode with `from_avro`),
+  reported next to the default pipeline's ratios.
 Results: bench/results/bench-<date>.json. Compare ratios within a run, not across runs.
 """
 
@@ -141,8 +142,8 @@ def main() -> int:
 
     n = int(os.environ.get("BENCH_EVENTS", "2000000"))
     rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
-    spec_path = os.environ.get("BENCH_PIPELINE", "examples/orders.yaml").strip()
-    spec = load_spec(spec_path) if spec_path else None
+    specs = [load_spec(p.strip()) for p in os.environ.get(
+        "BENCH_PIPELINE", "examples/orders.yaml").split(",") if p.strip()]
     spark = get_spark(settings_for("bench", "base"))
     counter = Counter()
     result, last_product, base = catch_up_ratios(spark, n, rounds, counter)
@@ -168,11 +169,11 @@ def main() -> int:
         "replay_median_s": {k: round(v, 2) for k, v in rmed.items()},
         "replay_ratio_vs_batch_peer": round(rmed["batch_peer"] / rmed["product"], 2),
     })
-    if spec is not None:  # the same catch-up comparison for a spec's pipeline, next to it
+    if specs:  # the same catch-up comparison for specs' pipelines, next to it
         result["pipelines"] = {
             "default": {k: result[k] for k in ("catch_up_median_s", "catch_up_ratio_vs_naive_peer",
                                                "catch_up_ratio_vs_fair_peer")},
-            spec.name: catch_up_ratios(spark, n, rounds, counter, spec)[0],
+            **{spec.name: catch_up_ratios(spark, n, rounds, counter, spec)[0] for spec in specs},
         }
     print(result, flush=True)
     write_result("bench", result)

@@ -335,7 +335,12 @@ class Settings(BaseSettings):
         types, id and time rules, dimensions, measures; the window, delay and horizon; the
         timestamp policy, the skew and size limits, the start date): the pipeline's spec
         version. The assets' `code_version`: a date materialized under another one is stale."""
-        what = {"shape": self.shape.model_dump(mode="json"),
+        # A JSON shape's digest leaves the input format out: as it was before Avro existed.
+        # What no shape had before (the input format, nested paths) is left out where unused:
+        # a flat JSON shape's digest is as it was.
+        unused = ({"format", "avro"} if self.shape.format == "json" else set()) | (
+            set() if self.shape.paths else {"paths"})
+        what = {"shape": self.shape.model_dump(mode="json", exclude=unused),
                 **{k: str(getattr(self, k)) for k in (
                     "window_size", "watermark_delay", "correction_horizon", "timestamp_policy",
                     "future_skew", "max_event_bytes", "partitions_start_date")}}

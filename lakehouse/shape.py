@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from lakehouse.avro import AvroInput, check_fields
+
 IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 # Columns the tables that hold a pipeline's dimensions or measure fields already have (bronze,
@@ -96,6 +98,8 @@ class Dimension(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _short(cls, data: Any) -> Any:
+        if isinstance(data, str) and "." in data:  # a path no field declares (the shape says)
+            return {"name": data.replace(".", "_"), "field": data}
         return {"name": data} if isinstance(data, str) else data
 
     @property
@@ -153,6 +157,77 @@ class EventShape(BaseModel):
     event_time: EventTime = EventTime()
     dimensions: tuple[Dimension, ...] = (Dimension(name="key"),)
     measures: tuple[Measure, ...] = (Measure(field="value"),)
+    # The record value's encoding: one JSON object (the contract's), or Avro (`lakehouse.avro`).
+    format: Literal["json", "avro"] = "json"
+    avro: AvroInput | None = None
+    # Nested fields: a field's name -> its path in the event (`customer_address_country` ->
+    # `customer.address.country`), from `fields` keys with dots (`_nested_paths`); set by no spec.
+    paths: dict[Identifier, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nested_paths(cls, data: Any) -> Any:
+        """A dotted `fields` key is a path into nested objects: the field's name is the path with
+        `_` for the dots (`customer.address.country` -> `customer_address_country`), and the id,
+        time, dimension and measure references that spell the path are that name."""
+        if not isinstance(data, dict) or not isinstance(data.get("fields"), dict):
+            return data
+        data, fields, paths = dict(data), {}, dict(data.get("paths") or {})
+        for key, kind in data["fields"].items():
+            key = str(key)
+            if "." not in key:
+                fields[key] = kind
+                continue
+            for part in key.split("."):
+                if not IDENT.match(part):
+                    raise ValueError(f"fields.{key}: {part!r} is not a path segment: lower-case "
+                                     "letters, digits and _, starting with a letter or _")
+            name = key.replace(".", "_")
+            if name in data["fields"] or name in fields:
+                raise ValueError(f"fields.{key}: its column name {name!r} is also "
+                                 f"{'field ' + repr(paths[name]) if name in paths else 'declared'}"
+                                 ": rename one")
+            fields[name], paths[name] = kind, key
+        if fields.keys() == data["fields"].keys():
+            return data  # no dotted key (a shape re-validated from its dump keeps its paths)
+        if data.get("format") == "avro":
+            raise ValueError(f"fields.{next(iter(paths.values()))}: nested fields are read from "
+                             "JSON events; an Avro spec declares its reader schema's top-level "
+                             "fields")
+        named = {path: name for name, path in paths.items()}
+
+        def ref(value: Any) -> Any:
+            return named.get(value, value) if isinstance(value, str) else value
+
+        def field_ref(value: Any) -> Any:
+            if isinstance(value, dict) and "field" in value:
+                return {**value, "field": ref(value["field"])}
+            return ref(value)
+
+        data.update(fields=fields, paths=paths)
+        if "event_id" in data:
+            data["event_id"] = ref(data["event_id"])
+        if isinstance(data.get("event_time"), dict):
+            data["event_time"] = field_ref(data["event_time"])
+        for key in ("dimensions", "measures"):
+            if isinstance(data.get(key), list | tuple):
+                data[key] = [field_ref(v) for v in data[key]]
+        return data
+
+    def path_of(self, field: str) -> str:
+        """Where a declared field is in the event: its dotted path (its name at the top)."""
+        return self.paths.get(field, field)
+
+    @model_validator(mode="after")
+    def _input(self) -> EventShape:
+        if self.format == "avro" and self.avro is None:
+            raise ValueError("format avro: declare its schemas (avro: {wire_format: confluent, "
+                             "schemas: {1: orders_v1.avsc}})")
+        if self.format == "json" and self.avro is not None:
+            raise ValueError("avro: the schemas are for format: avro (the default is json)")
+        if self.avro is not None:
+            check_fields(self.avro, self.fields, self.event_time.field, self.event_time.formats)
+        return self
 
     @model_validator(mode="after")
     def _refer_to_fields(self) -> EventShape:

@@ -16,8 +16,10 @@ S3_JARS = REPO / ".jars" / "s3"
 
 def spark_jars() -> list[str]:
     jars = sorted(str(p) for p in SPARK_JARS.glob("*.jar"))
-    if not any("delta-spark" in j for j in jars) or not any("spark-sql-kafka" in j for j in jars):
-        raise RuntimeError(f"Delta/Kafka jars missing in {SPARK_JARS}: run `make setup` first")
+    if not all(any(name in j for j in jars)
+               for name in ("delta-spark", "spark-sql-kafka", "spark-avro")):
+        raise RuntimeError(f"Delta/Kafka/Avro jars missing in {SPARK_JARS}: run `make setup` "
+                           "first")
     return jars
 
 

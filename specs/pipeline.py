@@ -170,7 +170,7 @@ class PipelineSpec(BaseModel):
             data["source"] = {("options" if k == "kafka_options" else k): v
                               for k, v in source.items()}
         shape = {k: data.pop(k) for k in ("fields", "event_id", "event_time", "dimensions",
-                                          "measures") if k in data}
+                                          "measures", "format", "avro") if k in data}
         _split_decimals(shape.get("fields"))
         if shape:
             data["shape"] = shape
@@ -241,9 +241,10 @@ def _explain(exc: ValidationError, where: str) -> str:
     return "\n".join(lines)
 
 
-def parse_spec(data: Any, where: str = "spec") -> PipelineSpec:
+def parse_spec(data: Any, where: str = "spec", folder: Path | None = None) -> PipelineSpec:
+    """A spec from its YAML's data; `folder`: where its files (Avro schemas) are read."""
     try:
-        return PipelineSpec.model_validate(data)
+        return PipelineSpec.model_validate(data, context={"folder": folder})
     except ValidationError as exc:
         raise SpecError(_explain(exc, where)) from None
 
@@ -257,7 +258,7 @@ def load_spec(path: str | Path) -> PipelineSpec:
         raise SpecError(f"{path}: cannot read the spec ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not YAML ({exc})") from None
-    return parse_spec(data, str(path))
+    return parse_spec(data, str(path), path.parent)
 
 
 def check_pipelines(specs: Iterable[PipelineSpec]) -> list[PipelineSpec]:

@@ -20,6 +20,7 @@ from decimal import ROUND_DOWN, Decimal, localcontext
 
 from lakehouse.shape import EventShape, precision_scale
 from specs.pipeline import PipelineSpec
+from testkit import avro_events
 from testkit.generator import Generated, GeneratorConfig, Record, _encode
 from testkit.reference import VALID_KINDS, dedup
 
@@ -68,7 +69,34 @@ def _plan(shape: EventShape) -> dict[str, tuple[str | None, object]]:
 
 def malformed_kinds(spec: PipelineSpec) -> tuple[str, ...]:
     """The quarantine reason codes `generate_for_spec` makes records of, for this spec."""
+    if spec.shape.format == "avro":
+        return tuple(avro_events.plan(spec.shape))
     return tuple(_plan(spec.shape))
+
+
+# ---- nested fields: an event is the JSON object, a field is at its path (`shape.path_of`) ----
+
+def get(shape: EventShape, event: dict, field: str):
+    """The value of a declared field in an event (None when its path is absent)."""
+    for key in shape.path_of(field).split("."):
+        if not isinstance(event, dict) or key not in event:
+            return None
+        event = event[key]
+    return event
+
+
+def put(shape: EventShape, event: dict, field: str, value) -> None:
+    *outer, leaf = shape.path_of(field).split(".")
+    for key in outer:
+        event = event.setdefault(key, {})
+    event[leaf] = value
+
+
+def drop(shape: EventShape, event: dict, field: str) -> None:
+    *outer, leaf = shape.path_of(field).split(".")
+    for key in outer:
+        event = event[key]
+    event.pop(leaf)
 
 
 # ---- generation --------------------------------------------------------------------------------
@@ -128,21 +156,21 @@ def _event(spec: PipelineSpec, cfg: GeneratorConfig, rnd: random.Random, i: int,
     event: dict = {}
     for name, kind in shape.fields.items():
         if name == shape.event_id:
-            event[name] = _event_id(spec, cfg.seed, i)
+            put(shape, event, name, _event_id(spec, cfg.seed, i))
         elif name == shape.event_time.field:
-            event[name] = _time(shape, t, rnd)
+            put(shape, event, name, _time(shape, t, rnd))
         elif kind == "timestamp":
-            event[name] = t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            put(shape, event, name, t.isoformat(timespec="milliseconds").replace("+00:00", "Z"))
         elif kind.startswith("decimal"):
-            event[name] = _json_number(_decimal(kind, rnd), rnd)
+            put(shape, event, name, _json_number(_decimal(kind, rnd), rnd))
         else:
             k = 0 if name == hot and rnd.random() < cfg.hot_key_share else rnd.randrange(VOCABULARY)
-            event[name] = _scalar(name, kind, k, start)
+            put(shape, event, name, _scalar(name, kind, k, start))
     return event
 
 
 def _key(spec: PipelineSpec, event: dict) -> bytes | None:
-    value = event.get(spec.shape.dimensions[0].source)
+    value = get(spec.shape, event, spec.shape.dimensions[0].source)
     return None if value is None else str(value).encode()
 
 
@@ -158,14 +186,15 @@ def _malformed(spec: PipelineSpec, kind: str, base: dict, t: datetime,
         return b'{"\xff\xfe":0,' + raw[1:]
     forms = spec.shape.event_time.formats
     if replacement is _DROP:
-        base.pop(field)
+        drop(spec.shape, base, field)
     elif replacement is _FUTURE:  # far beyond any skew whenever it is produced
-        base[field] = _time(spec.shape, t + timedelta(days=3650), rnd)
+        put(spec.shape, base, field, _time(spec.shape, t + timedelta(days=3650), rnd))
     elif replacement is _BEFORE_START:
-        base[field] = (int(t.timestamp()) if "epoch_millis" in forms  # seconds where ms are due
-                       else "1970-01-02T00:00:00Z" if "iso8601" in forms else 86_400)
+        put(spec.shape, base, field,  # seconds where milliseconds are due
+            int(t.timestamp()) if "epoch_millis" in forms
+            else "1970-01-02T00:00:00Z" if "iso8601" in forms else 86_400)
     else:
-        base[field] = replacement
+        put(spec.shape, base, field, replacement)
     return _encode(base)
 
 
@@ -184,6 +213,8 @@ def generate_for_spec(spec: PipelineSpec, cfg: GeneratorConfig) -> Generated:
     step = cfg.span / max(cfg.count, 1)
     kinds = malformed_kinds(spec)
     disorder_ms = int(cfg.disorder / timedelta(milliseconds=1))
+    # Avro specs: the same events, written as Avro records (testkit.avro_events); JSON: as text.
+    codec = avro_events.AvroCodec(spec.shape) if spec.shape.format == "avro" else None
     out, sent, malformed = Generated(), [], 0
     for i in range(cfg.count):
         nominal = start + step * i  # the arrival clock
@@ -193,21 +224,28 @@ def generate_for_spec(spec: PipelineSpec, cfg: GeneratorConfig) -> Generated:
             kind = kinds[malformed % len(kinds)]
             malformed += 1
             base = _event(spec, cfg, rnd, i, nominal, start)
-            out.records.append(Record(_key(spec, base), _malformed(spec, kind, base, nominal, rnd),
-                                      kind))
+            key = _key(spec, base)  # before the record is spoiled
+            value = (codec.malformed(kind, base, nominal, rnd, malformed // len(kinds)) if codec
+                     else _malformed(spec, kind, base, nominal, rnd))
+            out.records.append(Record(key, value, kind))
         elif roll < cfg.malformed_fraction + cfg.duplicate_fraction and sent:
             old = len(sent) > RECENT and rnd.random() < 0.3
-            event = rnd.choice(sent[:-RECENT] if old else sent[-RECENT:])  # re-sent unchanged
-            out.records.append(Record(_key(spec, event), _encode(event),
+            event, value = rnd.choice(sent[:-RECENT] if old else sent[-RECENT:])  # unchanged
+            out.records.append(Record(_key(spec, event), value,
                                       "late_duplicate" if old else "duplicate", event))
         else:
             late = rnd.random() < cfg.late_fraction and nominal - start > timedelta(hours=3)
             behind = (timedelta(seconds=rnd.randint(120, 3 * 3600)) if late
                       else timedelta(milliseconds=rnd.randint(0, disorder_ms)))
-            event = _event(spec, cfg, rnd, i, nominal - behind, start)
-            sent.append(event)
-            out.records.append(Record(_key(spec, event), _encode(event),
-                                      "late" if late else "event", event))
+            t = nominal - behind
+            event = _event(spec, cfg, rnd, i, t, start)
+            if codec:
+                value, event = codec.encode(event, t, rnd)
+            else:
+                value = _encode(event)
+            sent.append((event, value))
+            out.records.append(Record(_key(spec, event), value, "late" if late else "event",
+                                      event))
     return out
 
 
@@ -217,6 +255,8 @@ def parse_time(spec: PipelineSpec, raw: str | int) -> datetime:
     """An event time in one of the spec's forms as an aware UTC datetime; ValueError otherwise
     (an ISO time without an offset included: its instant is unknown)."""
     forms = spec.shape.event_time.formats
+    if isinstance(raw, datetime) and raw.tzinfo is not None:  # Avro's timestamp-millis
+        return raw.astimezone(UTC)
     if (isinstance(raw, int) and not isinstance(raw, bool)) or (
             isinstance(raw, str) and _DIGITS.match(raw)):
         if "epoch_millis" in forms:
@@ -238,7 +278,9 @@ def window_start(spec: PipelineSpec, t: datetime) -> datetime:
 def _dimension(field_type: str, value) -> str | int | date:
     if field_type in ("int", "long"):
         return int(value)
-    return date.fromisoformat(value) if field_type == "date" else str(value)
+    if field_type == "date":
+        return value if isinstance(value, date) else date.fromisoformat(value)
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -255,11 +297,14 @@ def rows_for_spec(spec: PipelineSpec, records) -> list[SpecRow]:
     for r in records:
         if r.kind not in VALID_KINDS:
             continue
-        e = json.loads(r.value, parse_float=Decimal)
+        e = (avro_events.decode(shape, r.value) if shape.format == "avro"
+             else json.loads(r.value, parse_float=Decimal))
         rows.append(SpecRow(
-            str(e[shape.event_id]), parse_time(spec, e[shape.event_time.field]),
-            tuple(_dimension(shape.fields[d.source], e[d.source]) for d in shape.dimensions),
-            {f: Decimal(e[f].strip() if isinstance(e[f], str) else e[f])
+            str(get(shape, e, shape.event_id)), parse_time(spec, get(shape, e,
+                                                                    shape.event_time.field)),
+            tuple(_dimension(shape.fields[d.source], get(shape, e, d.source))
+                  for d in shape.dimensions),
+            {f: Decimal(v.strip() if isinstance(v := get(shape, e, f), str) else v)
              for f in shape.measure_fields}))
     return rows
 
@@ -267,13 +312,19 @@ def rows_for_spec(spec: PipelineSpec, records) -> list[SpecRow]:
 def expected_windows_for_spec(spec: PipelineSpec, records) -> dict:
     """{(window_start naive UTC, *dimension values): {"event_count": n, <measure column>:
     Decimal at the column's scale}} for arrival-ordered records: what gold must hold."""
+    return windows_of_rows(spec, rows_for_spec(spec, records))
+
+
+def windows_of_rows(spec: PipelineSpec, rows: list[SpecRow]) -> dict:
+    """`expected_windows_for_spec` of arrival-ordered valid rows (the first arrival of an id
+    within its date counts)."""
     shape, out = spec.shape, {}
     columns = [(m.field, column, aggregate, precision_scale(kind)[1])
                for m in shape.measures
                for (column, kind), aggregate in zip(shape.measure_columns_of(m), m.aggregates,
                                                     strict=True)]
     with localcontext(prec=80):  # exact: sums of decimal(38, s) values need up to 38+ digits
-        for r in dedup(rows_for_spec(spec, records)):
+        for r in dedup(rows):
             k = (window_start(spec, r.time).replace(tzinfo=None), *r.dimensions)
             acc = out.setdefault(k, {"event_count": 0})
             acc["event_count"] += 1

@@ -4,7 +4,9 @@ The JSON is parsed once into a VARIANT (`try_parse_json`): unlike `from_json` wi
 fields, a VARIANT keeps plain-notation JSON numbers as exact decimals, so `value` never passes
 through a binary float. Numbers in exponent notation arrive in the VARIANT as doubles; for those
 rare rows (and only those: CASE WHEN evaluates lazily) the value is re-read with Jackson's exact
-BigDecimal path (`from_json` into decimal(38,18)).
+BigDecimal path (`from_json` into decimal(38,18)). An Avro pipeline's records are decoded into
+that VARIANT by `from_avro` (`transforms.avro`), and classified from there by the same code.
+A nested field is read at its path (`EventShape.path_of`).
 
 The classification's working columns are its own: the fixed ones start with `__` (`__text`,
 `__id_type`), a field's are `_<name>_<part>` (`_amount_text`); a spec's column names start with
@@ -25,6 +27,16 @@ from pyspark.sql import functions as F
 
 from lakehouse.settings import Settings, spark_interval
 from lakehouse.shape import DEFAULT_SHAPE, EventShape, bound_exponent, precision_scale
+from transforms import avro
+
+
+def record_reasons(shape: EventShape) -> tuple[str, ...]:
+    """The record-level codes after `empty_payload`: JSON's, or an Avro shape's (a value with no
+    Confluent header is `invalid_avro` before its schema id is read)."""
+    if shape.format == "avro":
+        return (("unknown_schema_id", "invalid_avro") if shape.avro.wire_format == "confluent"
+                else ("invalid_avro",))
+    return ("invalid_utf8", "invalid_json", "not_an_object")
 
 
 def reasons(shape: EventShape) -> tuple[str, ...]:
@@ -32,7 +44,7 @@ def reasons(shape: EventShape) -> tuple[str, ...]:
     record, then the id and the dimensions, the time and the measure fields by name."""
     dims, fields = shape.dimension_names, shape.measure_fields
     return (
-        "payload_too_large", "empty_payload", "invalid_utf8", "invalid_json", "not_an_object",
+        "payload_too_large", "empty_payload", *record_reasons(shape),
         "missing_event_id", *(f"missing_{d}" for d in dims),
         "invalid_event_id", *(f"invalid_{d}" for d in dims),
         "missing_event_time", *(f"missing_{f}" for f in fields),
@@ -99,8 +111,22 @@ def _split(classified: DataFrame, settings: Settings) -> tuple[DataFrame, DataFr
     return valid, quarantined
 
 
-def _path(field: str) -> str:
-    return f"$['{field}']" if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", field) else f"$.{field}"
+def _path(path: str) -> str:
+    """The VARIANT path of a field's (dotted) path in the event."""
+    return "$" + "".join(f"['{p}']" if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", p) else f".{p}"
+                         for p in path.split("."))
+
+
+def _exact_reread(path: str, exact: str) -> Column:
+    """The number at `path` re-read from the JSON text by Jackson's exact BigDecimal path."""
+    *outer, leaf = path.split(".")
+    ddl = f"`{leaf}` {exact}"
+    for part in reversed(outer):
+        ddl = f"`{part}` struct<{ddl}>"
+    value = F.from_json("__text", ddl)
+    for part in path.split("."):
+        value = value[part]
+    return value
 
 
 def _event_time(text: Column, formats: tuple[str, ...]) -> Column:
@@ -142,39 +168,47 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     dims, fields = shape.dimension_names, shape.measure_fields
     # Staged selects: each expensive expression is computed once and referenced by name
     # (Spark does not collapse projections that would duplicate non-cheap expressions).
+    is_avro = shape.format == "avro"
     df = raw.select(
         F.col("key").alias("__raw_key"),
         F.col("value").alias("__raw_value"),
-        F.col("value").cast("string").alias("__text"),
+        # The JSON text (Avro: none; its fields are never JSON doubles to re-read).
+        (F.lit(None).cast("string") if is_avro else F.col("value").cast("string")).alias("__text"),
         "topic",
         "partition",
         "offset",
         F.col("timestamp").alias("kafka_timestamp"),
         F.octet_length("value").alias("value_bytes"),
     )
-    df = df.withColumn("__utf8", F.is_valid_utf8("__text"))
     too_big = F.col("value_bytes") > F.lit(settings.max_event_bytes)
-    # Parse only payloads that are valid UTF-8 and not oversized (CASE WHEN is lazy).
-    df = df.withColumn("__v", F.when(~too_big & F.col("__utf8"), F.try_parse_json("__text")))
+    if is_avro:  # decoded into the VARIANT the JSON path parses into (transforms.avro)
+        df = avro.decode(df, shape.avro, ~too_big)
+    else:
+        df = df.withColumn("__utf8", F.is_valid_utf8("__text"))
+        # Parse only payloads that are valid UTF-8 and not oversized (CASE WHEN is lazy).
+        df = df.withColumn("__v", F.when(~too_big & F.col("__utf8"), F.try_parse_json("__text")))
     v = F.col("__v")
     source = {d.name: d.source for d in shape.dimensions}
 
     def text_and_type(field: str, alias: str) -> list[Column]:
-        return [F.try_variant_get(v, _path(field), "string").alias(f"_{alias}_text"),
-                F.schema_of_variant(F.try_variant_get(v, _path(field), "variant"))
+        at = _path(shape.path_of(field))
+        return [F.try_variant_get(v, at, "string").alias(f"_{alias}_text"),
+                F.schema_of_variant(F.try_variant_get(v, at, "variant"))
                 .alias(f"_{alias}_type")]
 
     df = df.select(
         "*",
-        F.try_variant_get(v, _path(shape.event_id), "string").alias("event_id"),
-        F.schema_of_variant(F.try_variant_get(v, _path(shape.event_id), "variant"))
+        F.try_variant_get(v, _path(shape.path_of(shape.event_id)), "string").alias("event_id"),
+        F.schema_of_variant(F.try_variant_get(v, _path(shape.path_of(shape.event_id)),
+                                              "variant"))
         .alias("__id_type"),
         *[c for d in dims for c in text_and_type(source[d], d)],
-        F.try_variant_get(v, _path(shape.event_time.field), "string").alias("__time_text"),
+        F.try_variant_get(v, _path(shape.path_of(shape.event_time.field)), "string")
+        .alias("__time_text"),
         *[c for f in fields for c in text_and_type(f, f)],
         F.try_variant_get(v, "$.attributes", "string").alias("attributes"),
-        # Valid JSON whose first character is '{' is an object.
-        F.ltrim("__text").startswith("{").alias("__is_object"),
+        # Valid JSON whose first character is '{' is an object (a decoded Avro record is one).
+        (F.lit(True) if is_avro else F.ltrim("__text").startswith("{")).alias("__is_object"),
     )
 
     # Measure fields: exact decimals. Plain notation (VARIANT decimal, integer or numeric
@@ -186,7 +220,7 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     for f in fields:
         text, is_double = F.trim(F.col(f"_{f}_text")), F.col(f"_{f}_type") == "DOUBLE"
         staged += [
-            F.when(is_double, F.from_json("__text", f"`{f}` {exact[f]}")[f]).alias(f"_{f}_exact"),
+            F.when(is_double, _exact_reread(shape.path_of(f), exact[f])).alias(f"_{f}_exact"),
             (text.rlike(_PLAIN_NUMBER) & ~is_double).alias(f"_{f}_plain"),
             text.rlike(_at_most_decimals(precision_scale(types[f])[1])).alias(f"_{f}_scale"),
             text.isin("NaN", "Infinity", "-Infinity").alias(f"_{f}_nonfinite"),
@@ -203,7 +237,7 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
             # Same-type comparison: mixed decimal scales would be widened back to the scale.
             (exact_f.isNotNull() & (exact_f != exact_f.cast(types[f]).cast(exact[f])))
             # The re-read rounds digits past its scale, so count them in the literal text.
-            | (is_double & _literal_too_precise(F.col("__text"), v, f,
+            | (is_double & _literal_too_precise(F.col("__text"), v, shape.path_of(f),
                                                  precision_scale(types[f])[1])))
         df = df.withColumn(
             f, F.when(plain, text.try_cast(types[f])).otherwise(exact_f.cast(types[f])))
@@ -225,12 +259,14 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
 
     reason = (
         F.when(too_big, "payload_too_large")
-        .when(F.col("__raw_value").isNull() | (F.col("value_bytes") == 0), "empty_payload")
-        .when(~F.col("__utf8"), "invalid_utf8")
-        .when(v.isNull(), "invalid_json")
-        .when(~F.col("__is_object"), "not_an_object")
-        .when(_blank(F.col("event_id")), "missing_event_id")
-    )
+        .when(F.col("__raw_value").isNull() | (F.col("value_bytes") == 0), "empty_payload"))
+    if is_avro:
+        reason = avro.record_reason(reason, shape.avro)
+    else:
+        reason = (reason.when(~F.col("__utf8"), "invalid_utf8")
+                  .when(v.isNull(), "invalid_json")
+                  .when(~F.col("__is_object"), "not_an_object"))
+    reason = reason.when(_blank(F.col("event_id")), "missing_event_id")
     for d in dims:
         reason = reason.when(dimension[d][1], f"missing_{d}")
     reason = reason.when(_not_scalar(F.col("__id_type")), "invalid_event_id")
@@ -277,12 +313,13 @@ def quarantine_columns_only(shape: EventShape) -> tuple[str, ...]:
             *(f"_{f}_{part}" for f in shape.measure_fields for part in ("text", "exact")))
 
 
-def _literal_too_precise(text: Column, v: Column, field: str, scale: int) -> Column:
-    """True when a `"<field>": <number>` literal in the JSON text equals the parsed double and
-    has more than `scale` fractional digits once its exponent is applied (1.25E-7 has 9). Only
-    such literals count, so a nested field of that name elsewhere in the object cannot decide
-    (unless it is the same number)."""
-    as_double = F.try_variant_get(v, _path(field), "double")
+def _literal_too_precise(text: Column, v: Column, path: str, scale: int) -> Column:
+    """True when a `"<key>": <number>` literal in the JSON text (the path's last key) equals the
+    parsed double and has more than `scale` fractional digits once its exponent is applied
+    (1.25E-7 has 9). Only such literals count, so a field of that name elsewhere in the object
+    cannot decide (unless it is the same number)."""
+    as_double = F.try_variant_get(v, _path(path), "double")
+    field = path.split(".")[-1]
 
     def fractional_digits(literal: Column) -> Column:
         fraction = F.regexp_replace(F.regexp_extract(literal, r"\.([0-9]*)", 1), "0+$", "")
@@ -309,7 +346,8 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
     shape = settings.shape
     reason = F.col("reason")
     forms = " nor ".join(_TIME_FORMS[f] for f in sorted(shape.event_time.formats))
-    time_field = shape.event_time.field
+    # Details name a field by its path in the event (its name, at the top level).
+    time_field = shape.path_of(shape.event_time.field)
     detail = (
         F.when(reason == "payload_too_large",
                F.format_string("%d bytes > MAX_EVENT_BYTES=%d", "value_bytes",
@@ -317,13 +355,22 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
         .when(reason == "invalid_event_time",
               F.concat(F.lit(f"{time_field}="), F.substring("__time_text", 1, 80),
                        F.lit(f" is {'neither ' if ' nor ' in forms else 'not '}{forms}")))
-        .when(reason == "invalid_event_id", _not_a_string(shape.event_id, "__id_type"))
+        .when(reason == "invalid_event_id",
+              _not_a_string(shape.path_of(shape.event_id), "__id_type"))
     )
+    nested = shape.paths
+    for name, source in [(d.name, d.source) for d in shape.dimensions] + [
+            (f, f) for f in shape.measure_fields]:
+        if source in nested:  # a nested field's absence: which path was looked up
+            detail = detail.when(reason == f"missing_{name}",
+                                 F.lit(f"no value at {nested[source]}"))
+    if shape.format == "avro":
+        detail = avro.record_detail(detail, reason, shape.avro)
     for f in shape.measure_fields:
         kind = shape.fields[f]
         detail = detail.when(
             reason.isin(f"invalid_{f}", f"{f}_too_precise", f"{f}_out_of_range"),
-            F.concat(F.lit(f"{f}="),
+            F.concat(F.lit(f"{shape.path_of(f)}="),
                      F.substring(F.coalesce(F.col(f"_{f}_exact").cast("string"),
                                             F.col(f"_{f}_text")), 1, 80),
                      F.lit(f" (exact decimal, at most {precision_scale(kind)[1]} fractional "
@@ -332,8 +379,9 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
         kind = shape.fields[d.source]
         detail = detail.when(
             reason == f"invalid_{d.name}",
-            _not_a_string(d.name, f"_{d.name}_type") if kind == "string" else
-            F.concat(F.lit(f"{d.name}="), F.substring(f"_{d.name}_text", 1, 80),
+            _not_a_string(nested.get(d.source, d.name), f"_{d.name}_type") if kind == "string"
+            else F.concat(F.lit(f"{nested.get(d.source, d.name)}="),
+                          F.substring(f"_{d.name}_text", 1, 80),
                      F.lit(f" is not {'an ISO date' if kind == 'date' else 'an integer'}")))
     detail = (
         detail.when(reason == "event_time_before_start",

@@ -1,0 +1,234 @@
+"""Avro input (`format: avro`): the spec's schemas validated at load, and records decoded by
+Spark's `from_avro` on real Spark into the classification the JSON path uses: both writer
+versions into one shape, unknown schema ids and undecodable bytes quarantined with their own
+reasons, decimals exact, timestamp-millis as epoch milliseconds."""
+
+import io
+import json
+import shutil
+import struct
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import fastavro
+import pytest
+import yaml
+
+from lakehouse.settings import Settings, utc
+from specs.pipeline import SpecError, load_spec, parse_spec
+from transforms.parse import REASONS, parsed_events, reasons
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SPEC = load_spec(EXAMPLES / "orders_avro.yaml")
+V1, V2 = (SPEC.shape.avro.schemas[i].parsed for i in (1, 2))
+BROKER_TIME = datetime(2026, 11, 21, 14, 1, tzinfo=UTC)
+AT = datetime(2026, 11, 21, 14, 0, 5, 123000, tzinfo=UTC)
+SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+
+
+def body(schema: dict, record: dict) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
+
+
+def confluent(sid: int, schema: dict, **fields) -> bytes:
+    record = {"order_id": "o1", "created_at": AT, "region": "eu-west", "amount": Decimal("19.99"),
+              **({"currency": "USD"} if schema is V2 else {}), **fields}
+    return b"\x00" + struct.pack(">I", sid) + body(schema, record)
+
+
+def split(spark, settings, values):
+    rows = [(b"k", v, "t", 0, i, BROKER_TIME) for i, v in enumerate(values)]
+    with parsed_events(spark.createDataFrame(rows, SCHEMA), settings) as (valid, bad):
+        return ({r.offset: r for r in valid.collect()}, {r.offset: r for r in bad.collect()})
+
+
+@pytest.fixture()
+def settings(tmp_path):
+    return SPEC.settings(Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path),
+                                            "LAKEHOUSE_START_DATE": "2026-01-01"}), {})
+
+
+# ---- the spec ----------------------------------------------------------------------------------
+
+def test_the_avro_reasons_are_the_avro_shapes_only():
+    codes = reasons(SPEC.shape)
+    assert codes[:4] == ("payload_too_large", "empty_payload", "unknown_schema_id",
+                         "invalid_avro")
+    assert {"invalid_json", "invalid_utf8", "not_an_object"}.isdisjoint(codes)
+    assert {"missing_region", "amount_too_precise", "event_time_in_future"} <= set(codes)
+    assert not {"unknown_schema_id", "invalid_avro"} & set(REASONS)
+    assert REASONS[2:5] == ("invalid_utf8", "invalid_json", "not_an_object")
+
+
+def test_the_json_pipelines_digests_are_those_of_before_the_format_field():
+    """The assets' code version (`results_version`) of JSON pipelines is unchanged: no date is
+    stale because the shape learned a format (the digests of main before Avro)."""
+    base = Settings.from_env({})
+    assert base.results_version == "0b9c71901080"
+    assert load_spec(EXAMPLES / "orders.yaml").settings(base, {}).results_version == (
+        "110e91d227fe")
+    # The avro spec's version covers its schemas: another reader id is another version.
+    other = parse_spec({**_yaml(), "avro": {**_yaml()["avro"], "reader": 1},
+                        "fields": {k: v for k, v in _yaml()["fields"].items() if k != "currency"},
+                        "dimensions": ["region"]}, folder=EXAMPLES)
+    assert other.settings(base, {}).results_version != SPEC.settings(base, {}).results_version
+
+
+def _yaml() -> dict:
+    return yaml.safe_load((EXAMPLES / "orders_avro.yaml").read_text())
+
+
+def _spec_in(tmp_path, change, files=None) -> Path:
+    for name in ("orders_v1.avsc", "orders_v2.avsc"):
+        shutil.copy(EXAMPLES / name, tmp_path / name)
+    for name, text in (files or {}).items():
+        (tmp_path / name).write_text(text)
+    data = _yaml()
+    change(data)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+# A writer without the id, which the reader schema requires (no default).
+V1_NO_ID = json.dumps({**V1, "fields": [f for f in V1["fields"] if f["name"] != "order_id"]})
+
+
+@pytest.mark.parametrize(("change", "files", "needle"), [
+    (lambda d: d["avro"]["schemas"].update({3: "orders_v3.avsc"}), None,
+     "avro: schemas[3]: cannot read orders_v3.avsc beside the spec"),
+    (lambda d: d["avro"]["schemas"].update({3: "bad.avsc"}), {"bad.avsc": "{not json"},
+     "schemas[3]: bad.avsc is not JSON"),
+    (lambda d: d["avro"]["schemas"].update({3: "enum.avsc"}),
+     {"enum.avsc": '{"type": "enum", "name": "E", "symbols": ["A"]}'},
+     "schemas[3]: enum.avsc is not an Avro record schema"),
+    (lambda d: d["avro"]["schemas"].update({"x": "orders_v1.avsc"}), None,
+     "schemas: 'x' is not a schema id"),
+    (lambda d: d.pop("avro"), None, "format avro: declare its schemas"),
+    (lambda d: d.pop("format"), None, "avro: the schemas are for format: avro"),
+    (lambda d: d["avro"].update(reader=5), None, "reader: 5 is not one of the schema ids [1, 2]"),
+    (lambda d: d["avro"]["schemas"].update({0: "v0.avsc"}), {"v0.avsc": V1_NO_ID},
+     "avro: schemas[0] (v0.avsc): lacks field 'order_id' of the reader schema (orders_v2.avsc),"
+     " which has no default"),
+    (lambda d: d["fields"].update(discount="decimal(10,2)"), None,
+     "fields.discount: not a field of the reader schema (orders_v2.avsc"),
+    (lambda d: d["event_time"].update(formats=["iso8601"]), None,
+     "fields.created_at: the event time is"),
+    (lambda d: d["avro"].update(wire_format="plain"), None,
+     "wire_format plain: declare its one writer schema"),
+])
+def test_a_bad_avro_spec_is_refused_naming_the_file_and_the_field(tmp_path, change, files,
+                                                                 needle):
+    path = _spec_in(tmp_path, change, files)
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert str(err.value).startswith(f"{path}: "), err.value
+    assert needle in str(err.value), err.value
+
+
+def test_a_float_measure_and_an_incompatible_version_are_refused():
+    floats = {**V2, "fields": [*V2["fields"][:3], {"name": "amount", "type": "double"},
+                               V2["fields"][4]]}
+    with pytest.raises(SpecError, match="amount: decimal.18,2. cannot be read from .double. "
+                                        "in inline schema.*not exact"):
+        parse_spec({**_yaml(), "avro": {"schemas": {1: floats}}})
+    ints = {**V1, "fields": [*V1["fields"][:3], {"name": "amount", "type": "string"}]}
+    with pytest.raises(SpecError, match=r"schemas\[1\] \(inline schema\): field 'amount' is "
+                                        r"\"string\", the reader schema"):
+        parse_spec({**_yaml(), "avro": {"schemas": {1: ints, 2: V2}}})
+    with pytest.raises(SpecError, match="give the schema inline here"):
+        parse_spec(_yaml())  # no spec file: no folder to read schema files in
+
+
+# ---- decoding on Spark ------------------------------------------------------------------------
+
+def test_both_versions_decode_into_one_shape_with_exact_decimals(spark, settings):
+    big = Decimal("9999999999999999.99")  # decimal(18,2)'s largest: no double holds it
+    valid, bad = split(spark, settings, [
+        confluent(1, V1),  # no currency in v1: the reader's default, EUR
+        confluent(2, V2, amount=-big, order_id="o2"),
+        confluent(2, V2, amount=Decimal("0.01"), region="ap-south", order_id="o3"),
+        confluent(1, V1, amount=big, created_at=AT - timedelta(days=1), order_id="o4"),
+    ])
+    assert not bad, {o: (r.reason, r.detail) for o, r in bad.items()}
+    assert [(valid[i].event_id, valid[i].region, valid[i].currency, valid[i].amount)
+            for i in range(4)] == [("o1", "eu-west", "EUR", Decimal("19.99")),
+                                   ("o2", "eu-west", "USD", -big),
+                                   ("o3", "ap-south", "USD", Decimal("0.01")),
+                                   ("o4", "eu-west", "EUR", big)]
+    assert [utc(valid[i].event_time) for i in (0, 3)] == [AT, AT - timedelta(days=1)]
+    assert str(valid[1].amount) == "-9999999999999999.99"
+
+
+def test_unknown_ids_and_undecodable_bytes_are_quarantined_with_details(spark, settings):
+    good = confluent(2, V2)
+    values = [
+        confluent(7, V2),  # a schema id the spec does not know
+        good[:3],  # shorter than the header
+        b'{"order_id": "o1"}',  # JSON on the Avro topic: no magic byte
+        b"\x01" + good[1:],  # another magic byte
+        good[: len(good) - 4],  # cut short: the decoder reads past the end
+        good[:5] + b"\x03\xff\xff",  # a string length that is negative
+        confluent(2, V2, region=None),  # decodes; region is null
+        confluent(1, V1, created_at=AT + timedelta(days=3650)),
+        b"",
+    ]
+    valid, bad = split(spark, settings, values)
+    assert not valid
+    got = [(bad[i].reason, bad[i].detail) for i in range(len(values))]
+    assert got[:6] == [
+        ("unknown_schema_id", "schema id 7 is not one of the spec's (1, 2)"),
+        ("invalid_avro", "3 bytes: shorter than the Confluent header (magic byte 0, 4-byte "
+                         "schema id)"),
+        ("invalid_avro", "first byte 0x7B is not the Confluent magic byte 0"),
+        ("invalid_avro", "first byte 0x01 is not the Confluent magic byte 0"),
+        ("invalid_avro", "the bytes after the header do not decode as schema id 2 "
+                         "(orders_v2.avsc)"),
+        ("invalid_avro", "the bytes after the header do not decode as schema id 2 "
+                         "(orders_v2.avsc)"),
+    ]
+    assert [r for r, _ in got[6:]] == ["missing_region", "event_time_in_future",
+                                       "empty_payload"]
+    import base64
+
+    assert [base64.b64decode(bad[i].raw_value) for i in range(8)] == values[:8]  # bytes kept
+
+
+def test_plain_avro_decodes_with_its_one_schema(spark, tmp_path):
+    data = {**_yaml(), "avro": {"wire_format": "plain", "schema": "orders_v2.avsc"}}
+    spec = parse_spec(data, folder=EXAMPLES)
+    assert reasons(spec.shape)[2] == "invalid_avro" and "unknown_schema_id" not in reasons(
+        spec.shape)
+    s = spec.settings(Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)}), {})
+    record = confluent(2, V2, amount=Decimal("-12.30"))[5:]
+    valid, bad = split(spark, s, [record, record[:-3]])
+    assert (valid[0].currency, valid[0].amount) == ("USD", Decimal("-12.30"))
+    assert (bad[1].reason, bad[1].detail) == (
+        "invalid_avro", "the bytes do not decode as Avro of orders_v2.avsc")
+
+
+def test_generated_avro_records_are_classified_as_their_kinds(spark, settings):
+    """The generator's records (testkit.avro_events, fastavro) through from_avro: every valid one
+    valid and equal to fastavro's reading of it, every malformed one with its kind's reason."""
+    from testkit.generator import GeneratorConfig
+    from testkit.reference import VALID_KINDS
+    from testkit.spec_events import generate_for_spec, malformed_kinds, rows_for_spec
+
+    g = generate_for_spec(SPEC, GeneratorConfig(
+        count=700, seed=11, end=datetime(2026, 11, 21, 12, tzinfo=UTC), span=timedelta(hours=4),
+        malformed_fraction=0.08))
+    kinds = g.kinds()
+    assert set(malformed_kinds(SPEC)) <= set(kinds), kinds
+    valid, bad = split(spark, settings, [r.value for r in g.records])
+    assert Counter(r.reason for r in bad.values()) == Counter(
+        r.kind for r in g.records if r.kind not in VALID_KINDS)
+    assert {i for i, r in enumerate(g.records) if r.kind in VALID_KINDS} == set(valid)
+    rows = rows_for_spec(SPEC, g.records)
+    ours = [valid[i] for i in sorted(valid)]
+    assert [(r.event_id, r.time, r.dimensions, r.values["amount"]) for r in rows] == [
+        (v.event_id, utc(v.event_time), (v.region, v.currency), v.amount) for v in ours]
+    assert {v.currency for v in ours} >= {"EUR", "USD"}
