@@ -19,8 +19,13 @@ def run_job(name: str, instance, quiet: bool = False, **kw):
 
     if quiet:
         kw.setdefault("run_config", QUIET)
-    result = defs.get_job_def(name).execute_in_process(instance=instance, raise_on_error=False,
-                                                       **kw)
+    return run_in(defs, name, instance, **kw)
+
+
+def run_in(defs, name: str, instance, **kw):
+    """`run_job` in the code location `defs` (a test's own, built for its environment)."""
+    result = defs.resolve_job_def(name).execute_in_process(instance=instance,
+                                                           raise_on_error=False, **kw)
     return result, check_evaluations(result)
 
 

@@ -21,16 +21,9 @@ import pytest
 import yaml
 
 from lakehouse.table_reads import bronze_dates, read
+from testkit.runs import run_in
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-
-
-def run(defs, name, instance, **kw):
-    from testkit.runs import check_evaluations
-
-    result = defs.resolve_job_def(name).execute_in_process(instance=instance, raise_on_error=False,
-                                                           **kw)
-    return result, check_evaluations(result)
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +62,9 @@ def avro_orders(tmp_path_factory, kafka_bootstrap):
         with running_service(service, tmp / "service.log") as svc:
             kill_inside_batch(svc, settings, "bronze_before_aggregates", min_batch=0)
         bronze_after_kill = read(settings, "bronze_events").num_rows
-        assert run(defs, "orders_avro__stream_catch_up", instance)[0].success
+        assert run_in(defs, "orders_avro__stream_catch_up", instance)[0].success
         for d in sorted(bronze_dates(settings)):
-            result, checks = run(defs, "orders_avro__reconcile_dates", instance,
+            result, checks = run_in(defs, "orders_avro__reconcile_dates", instance,
                                  partition_key=d.isoformat())
             proofs[d] = (result.success, {c.check_name: c.passed for c in checks})
         yield SimpleNamespace(spec=spec, settings=settings, records=records, proofs=proofs,

@@ -15,6 +15,7 @@ from dagster import AssetKey
 from assets.resources import LakehouseResource
 from lakehouse.table_reads import bronze_dates, read
 from orchestration.definitions import definitions_for
+from testkit.runs import run_in
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -73,9 +74,9 @@ def two_pipelines(tmp_path_factory, kafka_bootstrap):
         half, proofs = len(records) // 2, []
         for chunk in (records[:half], records[half:]):
             produce(settings, chunk)
-            assert run(defs, "orders__stream_catch_up", instance)[0].success
+            assert run_in(defs, "orders__stream_catch_up", instance)[0].success
             for d in sorted(bronze_dates(settings)):
-                result, checks = run(defs, "orders__reconcile_dates", instance,
+                result, checks = run_in(defs, "orders__reconcile_dates", instance,
                                      partition_key=d.isoformat())
                 proofs.append((result.success, [(c.check_name, c.passed) for c in checks]))
         yield SimpleNamespace(defs=defs, spec=spec, instance=instance, lake=lake,
@@ -90,14 +91,6 @@ def dagster_for(settings, spec):
     from orchestration.definitions import definitions_for
 
     return definitions_for([Pipeline.of(settings, spec.prefix)], LakehouseResource())
-
-
-def run(defs, name, instance, **kw):
-    from testkit.runs import check_evaluations
-
-    result = defs.resolve_job_def(name).execute_in_process(instance=instance, raise_on_error=False,
-                                                       **kw)
-    return result, check_evaluations(result)
 
 
 def test_orders_through_dagster_equal_the_reference_and_stay_in_their_folder(two_pipelines):
@@ -135,7 +128,7 @@ def test_the_default_pipeline_never_touches_the_orders_folder(two_pipelines):
             .records)
     orders_before = tree(t.lake / "orders")
     assert orders_before  # the orders pipeline's tables are there (the fixture ran it)
-    result, _ = run(t.defs, "stream_catch_up", t.instance)
+    result, _ = run_in(t.defs, "stream_catch_up", t.instance)
     assert result.success
     assert read(default, "bronze_events").num_rows > 0
     assert tree(t.lake / "orders") == orders_before
@@ -200,9 +193,9 @@ def test_orders_service_crashes_lose_and_duplicate_nothing(tmp_path, kafka_boots
 
     with overridden(env):
         defs, instance = dagster_for(settings, spec), DagsterInstance.ephemeral()
-        assert run(defs, "orders__stream_catch_up", instance)[0].success
+        assert run_in(defs, "orders__stream_catch_up", instance)[0].success
         for d in sorted(bronze_dates(settings)):
-            result, checks = run(defs, "orders__reconcile_dates", instance,
+            result, checks = run_in(defs, "orders__reconcile_dates", instance,
                                  partition_key=d.isoformat())
             assert result.success and checks and all(c.passed for c in checks), checks
 

@@ -93,7 +93,7 @@ def prove_every_date(env: dict, settings: dict) -> dict[str, str]:
     from lakehouse.env import overridden
     from lakehouse.table_reads import bronze_dates, compare_tables
     from orchestration.definitions import definitions_for
-    from testkit.runs import step_failures
+    from testkit.runs import run_in, step_failures
 
     out = {}
     with overridden({k: env[k] for k in ("PIPELINES", "LAKEHOUSE_ROOT", "EVENTS_TOPIC",
@@ -104,8 +104,8 @@ def prove_every_date(env: dict, settings: dict) -> dict[str, str]:
         for p in pipelines:
             s, verdicts = settings[p.name], []
             for d in sorted(bronze_dates(s)):
-                result = defs.resolve_job_def(p.named("reconcile_dates")).execute_in_process(
-                    instance=instance, raise_on_error=False, partition_key=d.isoformat())
+                result, _ = run_in(defs, p.named("reconcile_dates"), instance,
+                                   partition_key=d.isoformat())
                 verdicts.append(f"{d}: {step_failures(result)}" if not result.success
                                 else f"{d}: {compare_tables(s, d)} windows differ"
                                 if compare_tables(s, d) else "")

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from lakehouse.table_reads import bronze_dates, read
+from testkit.runs import run_in
 
 SPEC = {
     "name": "clash",
@@ -29,14 +30,6 @@ SPEC = {
     "measures": [{"field": "time"}],
     "window": {"size": "10 minutes"},
 }
-
-
-def run(defs, name, instance, **kw):
-    from testkit.runs import check_evaluations
-
-    result = defs.resolve_job_def(name).execute_in_process(instance=instance, raise_on_error=False,
-                                                           **kw)
-    return result, check_evaluations(result)
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +60,9 @@ def clash(tmp_path_factory, kafka_bootstrap):
         half, proofs = len(records) // 2, []
         for chunk in (records[:half], records[half:]):
             produce(settings, chunk)
-            assert run(defs, "clash__stream_catch_up", instance)[0].success
+            assert run_in(defs, "clash__stream_catch_up", instance)[0].success
             for d in sorted(bronze_dates(settings)):
-                result, checks = run(defs, "clash__reconcile_dates", instance,
+                result, checks = run_in(defs, "clash__reconcile_dates", instance,
                                      partition_key=d.isoformat())
                 proofs.append((result.success, [(c.check_name, c.passed) for c in checks]))
         yield SimpleNamespace(spec=spec, settings=settings, records=records, proofs=proofs)
