@@ -25,6 +25,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator
 from pyspark.sql import SparkSession
 
+from lakehouse.generations import resolve
 from lakehouse.kafka_admin import ensure_topic
 from lakehouse.settings import Settings, SettingsError, is_credential
 from lakehouse.topic_status import TopicStatus, topic_status
@@ -52,9 +53,11 @@ class LakehouseResource(ConfigurableResource):
 
     def settings_for(self, pipeline: str) -> Settings:
         """Pipeline `pipeline`'s settings: the default's, or for a spec of PIPELINES the spec's
-        on top of them (`PipelineSpec.settings`). Specs are read once per resource object."""
+        on top of them (`PipelineSpec.settings`), in the folder of the generation its spec
+        writes (`lakehouse.generations.resolve`, read at each call: a switch moves it). Specs
+        are read once per resource object."""
         if pipeline == DEFAULT_PIPELINE:
-            return self.settings
+            return resolve(self.settings)
         if pipeline not in self._pipelines:
             if self._specs is None:
                 self._specs = {spec.name: spec for spec in pipeline_specs()}
@@ -63,7 +66,7 @@ class LakehouseResource(ConfigurableResource):
                                 f"({', '.join(self._specs) or 'none'})")
             self._pipelines[pipeline] = _own_brokers(
                 self._specs[pipeline].settings(self.settings, os.environ))
-        return self._pipelines[pipeline]
+        return resolve(self._pipelines[pipeline])
 
     def _resolve(self) -> Settings:
         overrides = {"LAKEHOUSE_ROOT": self.lakehouse_root, "EVENTS_TOPIC": self.events_topic,

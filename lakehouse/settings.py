@@ -223,6 +223,11 @@ Cron = Annotated[str, AfterValidator(_cron)]
 PositiveInt = Annotated[int, Field(gt=0)]
 
 
+# The settings besides the event shape that change what the tables hold.
+RESULTS_SETTINGS = ("window_size", "watermark_delay", "correction_horizon", "timestamp_policy",
+                    "future_skew", "max_event_bytes", "partitions_start_date")
+
+
 def _env(name: str, default: Any = None, **kw: Any) -> Any:
     """A field read from variable `name` (pydantic-settings matches the alias exactly)."""
     return Field(default, validation_alias=AliasChoices(name), **kw)
@@ -298,6 +303,11 @@ class Settings(BaseSettings):
     # a spec's pipeline); the default is the contract's.
     pipeline: str = Field("default", validation_alias=AliasChoices("_pipeline"))
     shape: EventShape = Field(DEFAULT_SHAPE, validation_alias=AliasChoices("_shape"))
+    # Set while a new generation of the pipeline's tables is built under another spec version
+    # (`lakehouse.generations`): the pipeline's own folder; `lakehouse_root` is then
+    # `<home>/_generations/<spec version>`, where that generation's tables, checkpoints and
+    # locks live until it is switched in.
+    home: str | None = Field(None, validation_alias=AliasChoices("_home"))
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
@@ -330,21 +340,31 @@ class Settings(BaseSettings):
             _ENV.reset(token)
 
     @property
-    def results_version(self) -> str:
-        """A digest of every setting that changes what the tables hold (the event shape: fields,
-        types, id and time rules, dimensions, measures; the window, delay and horizon; the
-        timestamp policy, the skew and size limits, the start date): the pipeline's spec
-        version. The assets' `code_version`: a date materialized under another one is stale."""
+    def results_inputs(self) -> dict:
+        """Every setting that changes what the tables hold (the event shape: fields, types, id
+        and time rules, dimensions, measures; the window, delay and horizon; the timestamp
+        policy, the skew and size limits, the start date), as JSON values: what
+        `results_version` digests and the spec generations record."""
         # A JSON shape's digest leaves the input format out: as it was before Avro existed.
         # What no shape had before (the input format, nested paths) is left out where unused:
         # a flat JSON shape's digest is as it was.
         unused = ({"format", "avro"} if self.shape.format == "json" else set()) | (
             set() if self.shape.paths else {"paths"})
-        what = {"shape": self.shape.model_dump(mode="json", exclude=unused),
-                **{k: str(getattr(self, k)) for k in (
-                    "window_size", "watermark_delay", "correction_horizon", "timestamp_policy",
-                    "future_skew", "max_event_bytes", "partitions_start_date")}}
-        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
+        return {"shape": self.shape.model_dump(mode="json", exclude=unused),
+                **{k: str(getattr(self, k)) for k in RESULTS_SETTINGS}}
+
+    @property
+    def results_version(self) -> str:
+        """A digest of `results_inputs`: the pipeline's spec version. The assets'
+        `code_version`: a date materialized under another one is stale."""
+        return hashlib.sha256(json.dumps(self.results_inputs, sort_keys=True).encode()
+                              ).hexdigest()[:12]
+
+    @property
+    def pipeline_root(self) -> str:
+        """The pipeline's folder (its generations' registry lives there), whichever generation
+        these settings write."""
+        return storage.normalize_root(self.home or self.lakehouse_root)
 
     @property
     def shuffle_partitions_explicit(self) -> bool:

@@ -5,6 +5,7 @@ from functools import cache
 
 from dagster import AssetSelection, define_asset_job, job
 
+from assets.generations import switch_op
 from assets.maintain import maintenance_op
 from assets.observe.freshness import freshness_checks_for
 from assets.pipelines import Pipeline
@@ -52,6 +53,17 @@ def pipeline_jobs(p: Pipeline) -> dict:
     def table_maintenance_job():
         compact_and_vacuum()
 
+    switch_generation = switch_op(p)
+
+    # Queued with the daily writers; the op takes both generations' stream locks itself.
+    @job(name=p.named("switch_generation"), tags=writes(p, "daily"),
+         description="After an edit of the spec that needs a rebuild (lakehouse.generations): "
+                     "switch the generation rebuilt under the new spec version into the "
+                     "pipeline's folder, once every date is proven in it or reported as not "
+                     "rebuildable from the log.")
+    def switch_generation_job():
+        switch_generation()
+
     jobs = [
         define_asset_job(
             p.named("stream_catch_up"),
@@ -91,6 +103,7 @@ def pipeline_jobs(p: Pipeline) -> dict:
                         "while the daemon runs; the demo runs this at its end, so the UI shows "
                         "every check evaluated)."),
         table_maintenance_job,
+        switch_generation_job,
     ]
     prefix = p.named("")
     return {j.name.removeprefix(prefix): j for j in jobs}

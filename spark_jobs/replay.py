@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from lakehouse import delta_log
 from lakehouse.catalog import BRONZE, REPLAY, REPLAY_STATE
 from lakehouse.commit_tags import LogPosition, bronze_position
+from lakehouse.generations import require_applied
 from lakehouse.kafka_admin import PartitionOffsets, offsets_for_time, topic_offsets
 from lakehouse.locks import date_lock
 from lakehouse.log_ranges import ReplayIncomplete, ReplayResult, offset_ranges
@@ -95,6 +96,7 @@ def run_replay(spark: SparkSession, settings: Settings, d: date, as_of: int | No
                run_id: str = "") -> ReplayResult:
     """Replay `d` up to the log position of bronze version `as_of` (None: the newest). Refuses
     (ReplayIncomplete) when the retained log may not hold every record of the date."""
+    require_applied(settings)
     with date_lock(settings, d):
         return _replay(spark, settings, d, as_of, run_id)
 

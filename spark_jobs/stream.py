@@ -49,6 +49,7 @@ from lakehouse.locks import Fence, checkpoint_lock
 from lakehouse.progress_reports import BatchReport, as_dict
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
+from spark_jobs.generations import apply_spec
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import CHUNK_COLUMNS, RecentIds, free_checkpointed
 from spark_jobs.tables import ensure_tables, migrate_layout, read_changes, read_table
@@ -469,6 +470,8 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
     checks itself against bronze) and cleared by the caller when done."""
     ensure_tables(spark, settings)
     migrate_layout(spark, settings, STREAMING)
+    if applied := apply_spec(spark, settings):  # a spec edit takes effect here, under the lock
+        print(f"{settings.pipeline}: {applied}", flush=True)
     topic = check_topic(settings)
     checkpoint = settings.checkpoint_path(INGEST_QUERY)
     fresh = ckpt.last_committed_batch(spark, checkpoint) is None and ckpt.batch_offsets(

@@ -3,14 +3,16 @@ pipeline's tag on a block of commits. Names and columns are `lakehouse.catalog`'
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from lakehouse import delta_log
-from lakehouse.catalog import ALL_TABLES, Table
+from lakehouse.catalog import ALL_TABLES, BRONZE, Table
 from lakehouse.commit_tags import PIPELINE_TAG
+from lakehouse.generations import SPEC_PROPERTY, VERSION_PROPERTY
 from lakehouse.settings import Settings
 
 
@@ -29,6 +31,10 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         )
         if table.change_data_feed:
             builder = builder.property("delta.enableChangeDataFeed", "true")
+        if table is BRONZE:  # the spec version the tables are created under
+            builder = (builder.property(SPEC_PROPERTY, json.dumps(settings.results_inputs,
+                                                                  sort_keys=True))
+                       .property(VERSION_PROPERTY, settings.results_version))
         builder.execute()
 
 

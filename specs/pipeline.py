@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from lakehouse.catalog import ALL_TABLES
+from lakehouse.generations import resolve
 from lakehouse.settings import (
     TOPIC_NAME,
     Duration,
@@ -335,6 +336,8 @@ def service_pipelines(env: Mapping[str, str] | None = None) -> list[Settings]:
     by side, as the code location does)."""
     env = os.environ if env is None else env
     spec, settings = selected_pipeline(env)
-    if spec is not None:
-        return [settings]
-    return [settings, *(s.settings(settings, env) for s in pipeline_specs(env))]
+    chosen = [settings] if spec is not None else [
+        settings, *(s.settings(settings, env) for s in pipeline_specs(env))]
+    # Each in the folder of the generation its spec writes (read at the start: an edit of a spec
+    # is taken up by the next start).
+    return [resolve(s) for s in chosen]

@@ -35,6 +35,7 @@ from lakehouse import delta_log
 from lakehouse.catalog import BRONZE, LATE, RECONCILED, REPLAY
 from lakehouse.commit_tags import stream_watermark
 from lakehouse.correction_result import CorrectionResult
+from lakehouse.generations import require_applied
 from lakehouse.locks import date_lock
 from lakehouse.settings import Settings
 from spark_jobs.corrections.changelog import repair
@@ -73,6 +74,7 @@ def run_corrections(
     conflict with another writer re-plans the date from the new table versions (at most
     MAX_ATTEMPTS times): the diff is never applied against gold it was not computed from.
     """
+    require_applied(settings)
     with date_lock(settings, d):
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:

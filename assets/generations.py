@@ -1,0 +1,48 @@
+"""The switch of a rebuilt spec generation into its pipeline's folder, as a Dagster op (it makes
+no data of its own: the tables it moves are the assets'), `spark_jobs.generations.switch`."""
+
+from functools import cache
+
+from dagster import Config, Failure, MetadataValue, OpDefinition, OpExecutionContext, Output, op
+
+from assets.pipelines import Pipeline
+from assets.reconcile.daily import DAILY_POOL
+from assets.resources import LakehouseResource, SparkResource
+from spark_jobs.generations import SwitchRefused, switch
+
+
+class SwitchConfig(Config):
+    accept_not_rebuildable: bool = False
+    """Switch even though the retained log no longer holds every record of some dates: they
+    are listed in the switch's metadata and the registry (`spec_generations.not_rebuildable`),
+    and are absent or partial in the new generation (the old one keeps them, retired)."""
+
+
+@cache
+def switch_op(p: Pipeline) -> OpDefinition:
+    """Pipeline `p`'s generation switch, in its daily pool (no corrections or replay runs
+    beside it); the stream's writer locks of both generations are taken inside."""
+
+    @op(name=p.named("switch_generation"), pool=p.named(DAILY_POOL),
+        description="Switch the generation rebuilt under the current spec version into the "
+                    "pipeline's folder, once every date is proven in it (gold == its replay "
+                    "from the log) or reported as not rebuildable; the old generation moves to "
+                    "_generations/<its spec version>.")
+    def switch_generation(context: OpExecutionContext, config: SwitchConfig,
+                          lakehouse: LakehouseResource, spark: SparkResource) -> Output[None]:
+        settings = lakehouse.settings_for(p.name)
+        try:
+            report = switch(spark.session, settings, run_id=context.run.run_id,
+                            accept_not_rebuildable=config.accept_not_rebuildable)
+        except SwitchRefused as exc:
+            raise Failure(description=str(exc),
+                          metadata={k: MetadataValue.json(v) if isinstance(v, dict) else v
+                                    for k, v in exc.report.as_metadata().items()}) from exc
+        context.log.info(f"spec version {report.new_version} switched in, replacing "
+                         f"{report.old_version}: {len(report.proven)} dates proven")
+        return Output(None, metadata={
+            "old_version": report.old_version or "", "new_version": report.new_version,
+            "dates_proven": len(report.proven),
+            "not_rebuildable": MetadataValue.json(report.not_rebuildable)})
+
+    return switch_generation

@@ -1,0 +1,181 @@
+"""A pipeline's spec generations: which spec version its tables hold, what an edit of the spec
+changes, and where a new generation is built until it is switched in. Delta-log reads only; the
+writes (records, in-place evolution, the switch) are `spark_jobs.generations`'.
+
+Every pipeline's folder holds a registry table, `spec_generations` (one row per event: a spec
+version's `results_inputs` and its status: `active`, `building`, `switching`, `retired`). An
+edit of the spec is one of:
+
+- no change of results (another topic, Spark settings): the same generation;
+- in place: every table can evolve and bronze still holds every column the new spec reads (a
+  new measure aggregate of a field bronze keeps, another watermark delay or correction
+  horizon). The tables gain the new columns (old rows keep their values, the new columns are
+  null in them) at the stream's next start, under its writer lock; until then other writers of
+  the new spec refuse (`SpecChangePending`), so a running `make stream` under the old spec is
+  never mixed with the new one. The dates computed before are stale until reprocessed;
+- a rebuild: anything else (window size, dimensions, the id or time rules, a field bronze never
+  kept, another type, a removed column). The new generation is built apart, in
+  `<folder>/_generations/<version>`, from the Kafka log (its stream starts at the earliest
+  retained offset), while the active generation stays in the folder, readable and proven. Its
+  switch (`spark_jobs.generations.switch`) is one step: every date proven or reported as not
+  rebuildable, then the tables trade places under both writer locks.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+from lakehouse import delta_log, storage
+from lakehouse.settings import Settings
+from lakehouse.shape import EventShape
+
+REGISTRY = "spec_generations"
+# Bronze is created with the spec it holds (no commit of its own; the registry has rows only
+# once the spec changes).
+SPEC_PROPERTY, VERSION_PROPERTY = "lakehouse.spec", "lakehouse.specVersion"
+ACTIVE, BUILDING, SWITCHING, RETIRED = "active", "building", "switching", "retired"
+# What a generation's folder holds (moved whole by a switch): every table, the checkpoints and
+# the reports. Locks stay where they are (the switch holds them).
+GENERATIONS_DIR = "_generations"
+
+
+class SpecChangePending(RuntimeError):
+    """The tables hold another spec version than these settings; only the stream's next start
+    (under its writer lock) applies the change."""
+
+
+@dataclass(frozen=True)
+class SpecChange:
+    kind: Literal["none", "in_place", "rebuild"]
+    why: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        return f"{self.kind}: {'; '.join(self.why)}" if self.why else self.kind
+
+
+def _columns(shape: EventShape) -> dict[str, str]:
+    return dict(shape.measure_columns_typed())
+
+
+def _read_rules(shape: EventShape, name: str) -> tuple:
+    """How a field is read: its type and its path."""
+    return shape.fields.get(name), shape.paths.get(name)
+
+
+def change_between(old: dict, new: dict) -> SpecChange:
+    """What going from results inputs `old` to `new` (`Settings.results_inputs`) takes."""
+    if old == new:
+        return SpecChange("none")
+    a, b = EventShape.model_validate(old["shape"]), EventShape.model_validate(new["shape"])
+    rebuild: list[str] = []
+    for key in sorted(set(old) | set(new)):
+        if key not in ("shape", "watermark_delay", "correction_horizon") and old.get(key) != new.get(key):
+            rebuild.append(f"{key} {old.get(key)} -> {new.get(key)}")
+    for what, x, y in (("event id", a.event_id, b.event_id),
+                       ("event time", a.event_time, b.event_time),
+                       ("dimensions", a.dimensions, b.dimensions),
+                       ("format", (a.format, a.avro), (b.format, b.avro))):
+        if x != y:
+            rebuild.append(f"{what} changed")
+    used = {a.event_id, a.event_time.field, *(d.source for d in a.dimensions), *a.measure_fields}
+    for name in sorted(used):
+        if _read_rules(a, name) != _read_rules(b, name):
+            rebuild.append(f"field {name!r} read as {_read_rules(b, name)} "
+                           f"(was {_read_rules(a, name)})")
+    if new_fields := set(b.measure_fields) - set(a.measure_fields):
+        rebuild.append(f"bronze never kept {', '.join(sorted(new_fields))}: rebuilt from the log")
+    if gone := set(a.measure_fields) - set(b.measure_fields):
+        rebuild.append(f"measure field {', '.join(sorted(gone))} removed")
+    before, after = _columns(a), _columns(b)
+    if gone := [c for c in before if c not in after]:
+        rebuild.append(f"columns {', '.join(gone)} removed")
+    if rebuild:
+        return SpecChange("rebuild", tuple(rebuild))
+    in_place = [f"new columns {', '.join(c for c in after if c not in before)}"] if len(
+        after) > len(before) else []
+    in_place += [f"{k} {old[k]} -> {new[k]}" for k in ("watermark_delay", "correction_horizon")
+                 if old[k] != new[k]]
+    return SpecChange("in_place", tuple(in_place or ["spec edited"]))
+
+
+# ---- the registry ------------------------------------------------------------------------------
+def home(settings: Settings) -> Settings:
+    """The settings of the pipeline's folder (where the registry and the active generation
+    live)."""
+    if settings.home is None:
+        return settings
+    return settings.model_copy(update={"lakehouse_root": settings.home, "home": None})
+
+
+def building_dir(settings: Settings, version: str) -> str:
+    return storage.join(settings.pipeline_root, GENERATIONS_DIR, version)
+
+
+def records(settings: Settings) -> list[dict]:
+    """The registry's rows, oldest first (empty before the pipeline's first stream start)."""
+    table = delta_log.open_table(home(settings), REGISTRY)
+    if table is None:
+        return []
+    rows = table.to_pyarrow_table().to_pylist()
+    return sorted(rows, key=lambda r: (r["recorded_at"], r["seq"]))
+
+
+def latest_by_version(rows: list[dict]) -> dict[str, dict]:
+    """Each spec version's latest row."""
+    return {r["spec_version"]: r for r in rows}
+
+
+def active(settings: Settings, rows: list[dict] | None = None) -> dict | None:
+    """The generation in the pipeline's folder: the registry's latest `active` (or `switching`:
+    the switch did not finish) row; before any change, the spec its bronze table was created
+    under (`SPEC_PROPERTY`); None for a folder without tables (or created before 2026-11-26
+    without the property: its stream's next start records it)."""
+    rows = records(settings) if rows is None else rows
+    current = [r for r in latest_by_version(rows).values() if r["status"] in (ACTIVE, SWITCHING)]
+    if current:
+        return max(current, key=lambda r: (r["recorded_at"], r["seq"]))
+    bronze = delta_log.open_table(home(settings), "bronze_events")
+    spec = None if bronze is None else bronze.metadata().configuration.get(SPEC_PROPERTY)
+    if spec is None:
+        return None
+    version = bronze.metadata().configuration.get(VERSION_PROPERTY)
+    return {"spec_version": version, "spec": spec, "status": ACTIVE, "location": "."}
+
+
+def resolve(settings: Settings) -> Settings:
+    """The settings of the generation these settings' spec writes: the pipeline's folder, unless
+    its active generation holds a spec version the spec cannot evolve into in place; then the
+    building generation's folder (`home` set)."""
+    settings = home(settings)
+    current = active(settings)
+    if current is None or current["spec_version"] == settings.results_version:
+        return settings
+    change = change_between(json.loads(current["spec"]), settings.results_inputs)
+    if change.kind != "rebuild":
+        return settings
+    return settings.model_copy(update={
+        "lakehouse_root": building_dir(settings, settings.results_version),
+        "home": settings.pipeline_root})
+
+
+def pending_change(settings: Settings) -> SpecChange | None:
+    """An in-place change these settings' spec makes and the stream has not applied yet."""
+    if settings.home is not None:
+        return None
+    current = active(settings)
+    if current is None or current["spec_version"] == settings.results_version:
+        return None
+    return change_between(json.loads(current["spec"]), settings.results_inputs)
+
+
+def require_applied(settings: Settings) -> None:
+    """Refuse to write tables that hold another spec version (`SpecChangePending`)."""
+    change = pending_change(settings)
+    if change is not None:
+        raise SpecChangePending(
+            f"pipeline {settings.pipeline!r}: the tables under {settings.root} hold another spec "
+            f"version than {settings.results_version} ({change.describe()}); the stream applies "
+            "the change at its next start, under its writer lock (restart make stream, or run "
+            "the stream catch-up), then rerun this")

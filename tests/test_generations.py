@@ -1,0 +1,198 @@
+"""Spec edits, by kind (`lakehouse.generations`): what each takes; an in-place change applied by
+the stream's next start (refused by other writers before), old rows kept, the dates rebuilt by a
+reprocess; a rebuild built apart from the Kafka log, a date the retained log no longer holds
+reported as not rebuildable and never switched in silently."""
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lakehouse.settings import Settings
+from lakehouse.table_reads import bronze_dates, compare_tables, read
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+BASE = yaml.safe_load((EXAMPLES / "orders.yaml").read_text())
+
+
+def spec_settings(folder: Path, base: Settings, **changes):
+    """The order example with `changes`, on `base`'s root and topic: (spec, settings)."""
+    from specs.pipeline import load_spec
+
+    path = folder / f"orders-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "topic": base.events_topic, **changes}))
+    spec = load_spec(path)
+    return spec, spec.settings(base, {})
+
+
+def kind(tmp_path, **changes) -> tuple[str, tuple[str, ...]]:
+    from lakehouse.generations import change_between
+
+    base = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
+    _, before = spec_settings(tmp_path, base)
+    _, after = spec_settings(tmp_path, base, **changes)
+    change = change_between(before.results_inputs, after.results_inputs)
+    return change.kind, change.why
+
+
+def test_what_each_spec_edit_takes(tmp_path):
+    assert kind(tmp_path, topic="elsewhere")[0] == "none"
+    # In place: bronze holds every column the new spec reads; the tables only gain columns.
+    fields = {**BASE["fields"], "amount": "decimal(18,2)"}
+    assert kind(tmp_path, measures=[{"field": "amount", "aggregates": ["sum", "min", "max"]},
+                                    {"field": "amount", "name": "spend",
+                                     "aggregates": ["sum"]}]) == (
+        "in_place", ("new columns spend_sum",))
+    assert kind(tmp_path, window={**BASE["window"], "watermark_delay": "1 minute"})[0] == "in_place"
+    assert kind(tmp_path, window={**BASE["window"], "correction_horizon": "3 days"})[0] == "in_place"
+    # Rebuilds: what bronze never kept, another window key, another reading of a field.
+    rebuild = {
+        "window": {**BASE["window"], "size": "5 minutes"},
+        "dimensions": ["region"],
+        "fields": {**fields, "amount": "decimal(12,2)"},
+        "event_id": "region",
+        "measures": [{"field": "amount", "aggregates": ["sum"]}],
+    }
+    for key, value in rebuild.items():
+        got, why = kind(tmp_path, **{key: value})
+        assert got == "rebuild" and why, (key, why)
+    got, why = kind(tmp_path, fields={**fields, "quantity": "decimal(10,0)"},
+                    measures=[*BASE["measures"], {"field": "quantity", "aggregates": ["sum"]}])
+    assert got == "rebuild" and any("bronze never kept quantity" in w for w in why), why
+
+
+def _records(spec, count: int, seed: int, end: datetime, span: timedelta):
+    from testkit.generator import GeneratorConfig
+    from testkit.spec_events import generate_for_spec
+
+    return generate_for_spec(spec, GeneratorConfig(
+        count=count, seed=seed, end=end, span=span, late_fraction=0.05,
+        duplicate_fraction=0.03, malformed_fraction=0.02)).records
+
+
+def _rebuild_dates(spark, settings) -> None:
+    """What `reprocess_dates` runs per date: the replay from the log, then gold from it."""
+    from spark_jobs.corrections import run_corrections
+    from spark_jobs.replay import run_replay
+
+    for d in sorted(bronze_dates(settings)):
+        run_replay(spark, settings, d)
+        run_corrections(spark, settings, d, run_id="test", reprocess=True)
+
+
+def test_an_in_place_edit_is_applied_by_the_next_stream_start(tmp_path, kafka_bootstrap, spark):
+    from lakehouse.generations import SpecChangePending, records, resolve
+    from spark_jobs.corrections import run_corrections
+    from spark_jobs.replay import run_replay
+    from spark_jobs.stream import catch_up
+    from testkit.generator import produce
+    from testkit.spec_events import expected_windows_for_spec, table_windows_for_spec
+
+    base = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+                              "LAKEHOUSE_ROOT": str(tmp_path / "lake"),
+                              "EVENTS_TOPIC": f"gen-{uuid.uuid4().hex[:8]}"})
+    v1_spec, v1 = spec_settings(tmp_path, base,
+                                measures=[{"field": "amount", "aggregates": ["sum"]}])
+    end = datetime.now(UTC).replace(second=0, microsecond=0)
+    first = _records(v1_spec, 300, 5, end - timedelta(minutes=30), timedelta(hours=1))
+    produce(v1, first)
+    catch_up(spark, v1)
+    _rebuild_dates(spark, v1)
+    assert table_windows_for_spec(v1_spec, read(v1, "reconciled_aggregates")) == \
+        expected_windows_for_spec(v1_spec, first)
+
+    v2_spec, edited = spec_settings(
+        tmp_path, base, measures=[{"field": "amount", "aggregates": ["sum", "max"]}],
+        window={**BASE["window"], "watermark_delay": "45 seconds"})
+    v2 = resolve(edited)
+    assert v2.home is None and v2.root == v1.root  # in place: the same folder
+    d = min(bronze_dates(v1))
+    for writer in (lambda: run_replay(spark, v2, d),
+                   lambda: run_corrections(spark, v2, d, run_id="t")):
+        with pytest.raises(SpecChangePending, match="applies the change at its next start"):
+            writer()
+    assert "amount_max" not in read(v1, "reconciled_aggregates").column_names
+
+    second = _records(v2_spec, 200, 6, end, timedelta(minutes=30))
+    produce(v2, second)
+    catch_up(spark, v2)  # the stream's start applies the edit
+    rows = records(v2)
+    assert [(r["spec_version"], r["status"]) for r in rows] == [(v2.results_version, "active")]
+    assert "new columns amount_max" in rows[0]["note"]
+    gold = read(v2, "reconciled_aggregates")
+    assert "amount_max" in gold.column_names
+    old = {(r["window_start"], r["region"], r["currency"]): r for r in gold.to_pylist()}
+    # Old rows keep their values; the new column is null in them until the dates are rebuilt.
+    assert old and all(r["amount_max"] is None for r in old.values())
+    _rebuild_dates(spark, v2)
+    expected = expected_windows_for_spec(v2_spec, first + second)
+    assert table_windows_for_spec(v2_spec, read(v2, "reconciled_aggregates")) == expected
+    assert all(compare_tables(v2, d) == 0 for d in bronze_dates(v2))
+
+
+def test_a_date_beyond_the_retained_log_is_reported_not_rebuildable(tmp_path, kafka_bootstrap,
+                                                                     spark):
+    from confluent_kafka import TopicPartition
+
+    from lakehouse.generations import records, resolve
+    from lakehouse.kafka_admin import admin, topic_offsets
+    from spark_jobs.generations import SwitchRefused, switch, verdicts
+    from spark_jobs.stream import catch_up
+    from testkit.generator import end_across_midnight, produce
+    from testkit.spec_events import expected_windows_for_spec, table_windows_for_spec
+
+    base = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+                              "LAKEHOUSE_ROOT": str(tmp_path / "lake"),
+                              "EVENTS_TOPIC": f"gen-{uuid.uuid4().hex[:8]}"})
+    v1_spec, v1 = spec_settings(tmp_path, base)
+    end = end_across_midnight(datetime.now(UTC).replace(second=0, microsecond=0))
+    records_ = _records(v1_spec, 400, 7, end, timedelta(hours=4))
+    produce(v1, records_)
+    catch_up(spark, v1)
+    _rebuild_dates(spark, v1)
+    first, last = sorted(bronze_dates(v1))[:1] + sorted(bronze_dates(v1))[-1:]
+    # Retention takes the oldest records of every partition (some of the first date's).
+    cut = {o.partition: o.earliest + (o.latest - o.earliest) // 5 for o in topic_offsets(v1)}
+    for f in admin(v1).delete_records([TopicPartition(v1.events_topic, p, o)
+                                       for p, o in cut.items()]).values():
+        f.result(30)
+
+    v2_spec, edited = spec_settings(tmp_path, base, dimensions=["currency"])
+    v2 = resolve(edited)
+    assert v2.home == v1.root and v2.root.endswith(f"_generations/{v2.results_version}")
+    catch_up(spark, v2)  # the new generation, from the earliest retained offset
+    from lakehouse.log_ranges import ReplayIncomplete
+    from spark_jobs.replay import run_replay
+
+    # Every record was appended today: deleted ones may belong to either date (the broker's
+    # append time is all a replay can bound a date by), so neither can be rebuilt.
+    for d in (first, last):
+        with pytest.raises(ReplayIncomplete, match="retention cut the log"):
+            run_replay(spark, v2, d)
+    report = verdicts(spark, v2)
+    assert report.proven == [] and not report.unproven
+    assert sorted(report.not_rebuildable) == [first.isoformat(), last.isoformat()]
+    assert all("retention cut the log" in why for why in report.not_rebuildable.values())
+    with pytest.raises(SwitchRefused, match="2 not rebuildable from the log"):
+        switch(spark, v2)
+    # Nothing moved: the old generation is where it was, as it was, and still proven.
+    assert table_windows_for_spec(v1_spec, read(v1, "reconciled_aggregates")) == \
+        expected_windows_for_spec(v1_spec, records_)
+    assert all(compare_tables(v1, d) == 0 for d in (first, last))
+    done = switch(spark, v2, accept_not_rebuildable=True)
+    assert done.switched and done.not_rebuildable == report.not_rebuildable
+    row = records(v1)[-1]
+    assert (row["spec_version"], row["status"]) == (v2.results_version, "active")
+    assert json.loads(row["not_rebuildable"]) == report.not_rebuildable
+    assert {(r["spec_version"], r["status"]) for r in records(v1)} >= {
+        (v1.results_version, "retired"), (v2.results_version, "switching")}
+    now = resolve(edited)
+    assert now.home is None and now.root == v1.root
+    assert read(now, "bronze_events").column_names[:2] == ["event_id", "currency"]
+    retired = v1.model_copy(update={"lakehouse_root": f"{v1.root}/_generations/"
+                                                      f"{v1.results_version}"})
+    assert table_windows_for_spec(v1_spec, read(retired, "reconciled_aggregates")) == \
+        expected_windows_for_spec(v1_spec, records_)
