@@ -23,7 +23,7 @@ def switch_op(p: Pipeline) -> OpDefinition:
     """Pipeline `p`'s generation switch, in its daily pool (no corrections or replay runs
     beside it); the stream's writer locks of both generations are taken inside."""
 
-    @op(name=p.named("switch_generation"), pool=p.named(DAILY_POOL),
+    @op(name=p.named("switch_in_rebuilt_generation"), pool=p.named(DAILY_POOL),
         description="Switch the generation rebuilt under the current spec version into the "
                     "pipeline's folder, once every date is proven in it (gold == its replay "
                     "from the log) or reported as not rebuildable; the old generation moves to "

@@ -23,12 +23,13 @@ from lakehouse import storage
 from lakehouse.settings import Settings
 
 
-def open_table(settings: Settings, name: str) -> DeltaTable | None:
-    """Table `name` at its newest version, or None when it does not exist yet."""
+def open_table(settings: Settings, name: str, without_files: bool = False) -> DeltaTable | None:
+    """Table `name` at its newest version, or None when it does not exist yet.
+    `without_files`: its metadata and history only (no file list: cheap on a big table)."""
     uri, options = settings.delta_rs(name)
     if not DeltaTable.is_deltatable(uri, storage_options=options):
         return None
-    return DeltaTable(uri, storage_options=options)
+    return DeltaTable(uri, storage_options=options, without_files=without_files)
 
 
 def exists(settings: Settings, name: str) -> bool:
