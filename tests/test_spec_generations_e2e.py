@@ -20,8 +20,6 @@ from lakehouse.table_reads import bronze_dates, compare_tables, read
 from testkit.reference import VALID_KINDS
 from testkit.runs import run_in
 
-pytestmark = pytest.mark.long
-
 REPO = Path(__file__).resolve().parents[1]
 V1 = yaml.safe_load((REPO / "examples/orders.yaml").read_text())
 V2 = {**V1, "fields": {**V1["fields"], "quantity": "decimal(10,0)"},
@@ -63,6 +61,7 @@ def reload(url: str) -> None:
     assert done["reloadRepositoryLocation"]["__typename"] == "WorkspaceLocationEntry", done
 
 
+@pytest.mark.long
 def test_the_order_spec_changes_mid_stream_twice(tmp_path, kafka_bootstrap):
     from dagster import DagsterInstance
 
