@@ -10,7 +10,7 @@
 - The replay of the larger date against the hand-written batch job on the same offset range,
   interleaved the same way.
 - The same catch-up comparison for specs' pipelines (BENCH_PIPELINE, comma-separated, default
-  examples/orders.yaml; empty to skip): their events from `testkit.spec_events`, the peers
+  examples/orders.yaml and examples/orders_avro.yaml; empty to skip): their events from `testkit.spec_events`, the peers
   written for their fields (`handwritten.schema`; an Avro spec's peers decode with `from_avro`),
   reported next to the default pipeline's ratios.
 Results: bench/results/bench-<date>.json. Compare ratios within a run, not across runs.
@@ -143,7 +143,8 @@ def main() -> int:
     n = int(os.environ.get("BENCH_EVENTS", "2000000"))
     rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
     specs = [load_spec(p.strip()) for p in os.environ.get(
-        "BENCH_PIPELINE", "examples/orders.yaml").split(",") if p.strip()]
+        "BENCH_PIPELINE", "examples/orders.yaml,examples/orders_avro.yaml").split(",")
+        if p.strip()]
     spark = get_spark(settings_for("bench", "base"))
     counter = Counter()
     result, last_product, base = catch_up_ratios(spark, n, rounds, counter)

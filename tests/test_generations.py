@@ -196,3 +196,85 @@ def test_a_date_beyond_the_retained_log_is_reported_not_rebuildable(tmp_path, ka
                                                       f"{v1.results_version}"})
     assert table_windows_for_spec(v1_spec, read(retired, "reconciled_aggregates")) == \
         expected_windows_for_spec(v1_spec, records_)
+
+
+@pytest.mark.long
+def test_a_spec_edit_while_the_service_runs_waits_for_its_next_start(tmp_path, kafka_bootstrap,
+                                                                      spark):
+    """`make stream` keeps the spec it started with: an in-place edit made meanwhile is refused
+    by the new spec's runs (the catch-up: the stream's lock; a replay: not applied yet) and the
+    service's own batches stay in the old shape; its next start applies the edit. An edit that
+    needs a rebuild meanwhile builds apart, beside the running service."""
+    import os
+    import signal
+
+    from conftest import free_port
+
+    from lakehouse.generations import SpecChangePending, records, resolve
+    from lakehouse.locks import CheckpointBusy
+    from spark_jobs.replay import run_replay
+    from spark_jobs.stream import catch_up, run_available_now
+    from testkit.faults import running_service, wait_for
+    from testkit.generator import produce
+
+    base = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+                              "LAKEHOUSE_ROOT": str(tmp_path / "lake"),
+                              "EVENTS_TOPIC": f"gen-{uuid.uuid4().hex[:8]}"})
+    path = tmp_path / "orders.yaml"
+
+    def edit(**changes):
+        from specs.pipeline import load_spec
+
+        path.write_text(yaml.safe_dump({**BASE, "topic": base.events_topic, **changes}))
+        spec = load_spec(path)
+        return spec, resolve(spec.settings(base, {}))
+
+    v1_spec, v1 = edit(measures=[{"field": "amount", "aggregates": ["sum"]}])
+    end = datetime.now(UTC).replace(second=0, microsecond=0)
+    recs = _records(v1_spec, 600, 9, end, timedelta(hours=1))
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+           "LAKEHOUSE_ROOT": str(tmp_path / "lake"), "PIPELINE": str(path),
+           "STREAM_TRIGGER_INTERVAL": "1 second", "METRICS_PORT": str(free_port())}
+
+    def bronze_rows(settings) -> int:
+        try:
+            return read(settings, "bronze_events").num_rows
+        except Exception:
+            return 0
+
+    produce(v1, recs[:200])
+    with running_service(env) as svc:
+        wait_for(lambda: bronze_rows(v1) > 0, svc, what="the first batch under v1")
+        _, v2 = edit(measures=[{"field": "amount", "aggregates": ["sum", "max"]}])
+        assert v2.home is None  # in place
+        with pytest.raises(CheckpointBusy):
+            run_available_now(spark, v2)
+        with pytest.raises(SpecChangePending):
+            run_replay(spark, v2, min(bronze_dates(v1)))
+        produce(v1, recs[200:400])
+        wait_for(lambda: bronze_rows(v1) >= 380, svc, what="the service's batches after the edit")
+        assert "amount_max" not in read(v1, "streaming_aggregates").column_names
+        assert records(v1) == []  # nothing applied: the tables still hold v1
+        # An edit that needs a rebuild builds apart, beside the running service.
+        _, v3 = edit(dimensions=["currency"])
+        assert v3.home == v1.root
+        catch_up(spark, v3)
+        assert read(v3, "bronze_events").num_rows >= 380
+        assert read(v3, "bronze_events").column_names[:2] == ["event_id", "currency"]
+        _, v2 = edit(measures=[{"field": "amount", "aggregates": ["sum", "max"]}])
+        svc.send_signal(signal.SIGTERM)
+        out, _ = svc.communicate(timeout=120)
+        assert svc.returncode == 0 and "in place" not in out, out[-3000:]
+
+    produce(v1, recs[400:])
+    with running_service(env) as svc:  # the next start applies the edit
+        wait_for(lambda: bronze_rows(v2) >= 560, svc, what="the batches under v2")
+        svc.send_signal(signal.SIGTERM)
+        out, _ = svc.communicate(timeout=120)
+        assert svc.returncode == 0, out[-3000:]
+    assert f"-> {v2.results_version} in place" in out
+    assert [(r["spec_version"], r["status"]) for r in records(v2)] == [
+        (v3.results_version, "building"), (v2.results_version, "active")]
+    streaming = read(v2, "streaming_aggregates")
+    assert "amount_max" in streaming.column_names
+    assert any(v is not None for v in streaming["amount_max"].to_pylist())
