@@ -80,15 +80,20 @@ def fold_into_open(open_rows: DataFrame, deltas: DataFrame | None, shape: EventS
         d = deltas.alias("d")
         both = o.join(d, keys, "full_outer")
         touched = F.col("d.event_count").isNotNull()
+        was_open = F.col("o.event_count").isNotNull()
 
-        def added(c: str) -> Column:
-            return F.coalesce(F.col(f"o.{c}") + F.col(f"d.{c}"), F.col(f"o.{c}"), F.col(f"d.{c}"))
+        # A window on one side only keeps that side's value. A measure column an open window
+        # lacks (null: an in-place spec edit added it after the window opened) stays null: its
+        # earlier events were never counted into it, and a partial value would pass for a total.
+        def folded(c: str, combine) -> Column:
+            o_c, d_c = F.col(f"o.{c}"), F.col(f"d.{c}")
+            return (F.when(~was_open, d_c).when(~touched | o_c.isNull(), o_c)
+                    .otherwise(combine(o_c, d_c)))
 
         pick = {"window_end": F.coalesce("o.window_end", "d.window_end"),
-                **{c: added(c) for c in shape.additive_columns},
-                # least/greatest skip nulls: a window on one side only keeps that side's value.
-                **{c: F.least(f"o.{c}", f"d.{c}") for c in shape.columns_of("min")},
-                **{c: F.greatest(f"o.{c}", f"d.{c}") for c in shape.columns_of("max")}}
+                **{c: folded(c, lambda a, b: a + b) for c in shape.additive_columns},
+                **{c: folded(c, F.least) for c in shape.columns_of("min")},
+                **{c: folded(c, F.greatest) for c in shape.columns_of("max")}}
     closing = pick["window_end"] <= next_ts
     changed = touched | closing
     return both.select(
