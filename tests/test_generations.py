@@ -3,6 +3,7 @@ the stream's next start (refused by other writers before), old rows kept, the da
 reprocess; a rebuild built apart from the Kafka log, a date the retained log no longer holds
 reported as not rebuildable and never switched in silently."""
 
+import dataclasses
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -89,7 +90,11 @@ def test_an_in_place_edit_is_applied_by_the_next_stream_start(tmp_path, kafka_bo
     from spark_jobs.replay import run_replay
     from spark_jobs.stream import catch_up
     from testkit.generator import produce
-    from testkit.spec_events import expected_windows_for_spec, table_windows_for_spec
+    from testkit.spec_events import (
+        expected_windows_for_spec,
+        rows_for_spec,
+        table_windows_for_spec,
+    )
 
     base = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
                               "LAKEHOUSE_ROOT": str(tmp_path / "lake"),
@@ -116,7 +121,19 @@ def test_an_in_place_edit_is_applied_by_the_next_stream_start(tmp_path, kafka_bo
             writer()
     assert "amount_max" not in read(v1, "reconciled_aggregates").column_names
 
-    second = _records(v2_spec, 200, 6, end, timedelta(minutes=30))
+    # One more order in the newest event's window (open: above the watermark), so the edit
+    # meets a window it has to fold into.
+    valid = [r for r in first if r.kind == "event"]
+    times = [row.time for row in rows_for_spec(v1_spec, valid)]
+    top = valid[times.index(max(times))]
+    oid = json.loads(top.value)["order_id"]
+    again = dataclasses.replace(top, value=top.value.replace(f'"{oid}"'.encode(),
+                                                             f'"{oid}-again"'.encode()))
+    second = [again, *_records(v2_spec, 200, 6, end, timedelta(minutes=30))]
+    keyed = {(r["window_start"], r["region"], r["currency"]): r
+             for r in read(v1, "streaming_aggregates").to_pylist()}
+    open_before = {k: r["event_count"] for k, r in keyed.items() if r["status"] == "open"}
+    assert open_before
     produce(v2, second)
     catch_up(spark, v2)  # the stream's start applies the edit
     rows = records(v2)
@@ -127,6 +144,13 @@ def test_an_in_place_edit_is_applied_by_the_next_stream_start(tmp_path, kafka_bo
     old = {(r["window_start"], r["region"], r["currency"]): r for r in gold.to_pylist()}
     # Old rows keep their values; the new column is null in them until the dates are rebuilt.
     assert old and all(r["amount_max"] is None for r in old.values())
+    # The fast path's windows open at the edit, folded into since, hold null in the new column,
+    # never the max of the events since the edit alone; the windows opened since hold it.
+    fast = {(r["window_start"], r["region"], r["currency"]): r
+            for r in read(v2, "streaming_aggregates").to_pylist()}
+    folded = [k for k, n in open_before.items() if fast[k]["event_count"] > n]
+    assert folded and all(fast[k]["amount_max"] is None for k in open_before)
+    assert all(r["amount_max"] is not None for k, r in fast.items() if k not in keyed)
     _rebuild_dates(spark, v2)
     expected = expected_windows_for_spec(v2_spec, first + second)
     assert table_windows_for_spec(v2_spec, read(v2, "reconciled_aggregates")) == expected
