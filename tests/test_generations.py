@@ -266,6 +266,12 @@ def test_a_spec_edit_while_the_service_runs_waits_for_its_next_start(tmp_path, k
         except Exception:
             return 0
 
+    def measured(settings) -> bool:
+        """The fast path holds the new measure (a batch under v2 published its windows)."""
+        table = read(settings, "streaming_aggregates")
+        return "amount_max" in table.column_names and any(
+            v is not None for v in table["amount_max"].to_pylist())
+
     produce(v1, recs[:200])
     with running_service(env) as svc:
         wait_for(lambda: bronze_rows(v1) > 0, svc, what="the first batch under v1")
@@ -292,13 +298,11 @@ def test_a_spec_edit_while_the_service_runs_waits_for_its_next_start(tmp_path, k
 
     produce(v1, recs[400:])
     with running_service(env) as svc:  # the next start applies the edit
-        wait_for(lambda: bronze_rows(v2) >= 560, svc, what="the batches under v2")
+        wait_for(lambda: bronze_rows(v2) >= 560 and measured(v2), svc,
+                 what="the batches under v2, their windows published")
         svc.send_signal(signal.SIGTERM)
         out, _ = svc.communicate(timeout=120)
         assert svc.returncode == 0, out[-3000:]
     assert f"-> {v2.results_version} in place" in out
     assert [(r["spec_version"], r["status"]) for r in records(v2)] == [
         (v3.results_version, "building"), (v2.results_version, "active")]
-    streaming = read(v2, "streaming_aggregates")
-    assert "amount_max" in streaming.column_names
-    assert any(v is not None for v in streaming["amount_max"].to_pylist())
