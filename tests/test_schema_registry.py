@@ -129,3 +129,22 @@ def test_an_unreachable_registry_is_named_and_credentials_never_shown(schema_reg
     with pytest.raises(RegistryError, match="answered HTTP|no schema registered|JSON"):
         with_registry_schemas(settings_of(spec_data(schema_registry.rsplit("/apis", 1)[0],
                                                     topic)))
+
+
+def test_an_unreachable_registry_stops_a_catch_up_and_a_replay_before_anything_runs(tmp_path,
+                                                                                    spark):
+    from datetime import date
+
+    from conftest import free_port
+
+    from spark_jobs.replay import run_replay
+    from spark_jobs.stream import run_available_now
+
+    down = f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"
+    spec = parse_spec(spec_data(down, "orders-down"))
+    settings = spec.settings(Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path / "lake")}), {})
+    for run in (lambda: run_available_now(spark, settings),
+                lambda: run_replay(spark, settings, date(2026, 11, 26))):
+        with pytest.raises(RegistryError, match=f"{down} .subject orders-down-value. unreachable"):
+            run()
+    assert not Path(settings.table_path("bronze_events")).exists()  # no table created
