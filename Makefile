@@ -32,11 +32,11 @@ $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
 endif
 
 .PHONY: setup system-deps materialize kafka-up kafka-down demo test ui stream bench bench-stages bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
-	s3-up s3-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
+	s3-up s3-down registry-up registry-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster test-cluster-run \
 	observe-up observe-down daily-metrics dashboards test-alerts test-long
 
-setup: system-deps $(VENV)/.installed .jars/.fetched dagster-instance
+setup: system-deps $(VENV)/.installed .jars/.fetched .jars/registry/.fetched dagster-instance
 
 # The Debian packages the targets and tests run (infra/system_packages.sh: installed with apt-get
 # as root; otherwise it prints the command to run and stops): a JDK 17 and Maven for the jars,
@@ -63,6 +63,16 @@ $(VENV)/.installed: pyproject.toml
 	$(MVN) -f infra/jars/s3proxy/pom.xml dependency:copy-dependencies
 	@touch $@
 
+# Apicurio Registry (a schema registry with a Confluent-compatible API; its Quarkus tar.gz
+# unpacked into .jars/registry/app) for Avro specs whose writer schemas are registered.
+.jars/registry/.fetched: infra/jars/registry/pom.xml infra/jars/settings.xml | system-deps
+	rm -rf .jars/registry
+	$(MVN) -f infra/jars/registry/pom.xml dependency:copy-dependencies
+	mkdir -p .jars/registry/app
+	tar xzf .jars/registry/apicurio-registry-app-*-all.tar.gz -C .jars/registry/app
+	rm .jars/registry/apicurio-registry-app-*-all.tar.gz
+	@touch $@
+
 # DAGSTER_HOME/dagster.yaml is a copy of the selected instance file, refreshed when it differs.
 dagster-instance:
 	@mkdir -p $(DAGSTER_HOME)
@@ -79,6 +89,14 @@ kafka-down:
 # it): S3Proxy object store, PostgreSQL for Dagster, Spark standalone, three Kafka brokers.
 s3-up: setup
 	@$(PY) infra/s3/s3proxy.py up
+
+# The schema registry on 127.0.0.1:$REGISTRY_PORT (default 8081; in memory: a restart forgets
+# its schemas); a spec's `avro.registry.url` is http://127.0.0.1:8081/apis/ccompat/v7.
+registry-up: setup
+	@$(PY) infra/registry/registry.py up
+
+registry-down:
+	@test ! -x $(PY) || $(PY) infra/registry/registry.py down
 
 pg-up: setup
 	@$(PY) infra/postgres/pg.py up
@@ -236,6 +254,6 @@ lint: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/vulture
 
-clean: kafka-down cluster-down observe-down
+clean: kafka-down cluster-down observe-down registry-down
 	rm -rf .lakehouse .dagster_home .dagster_home_cluster .kafka .s3proxy .postgres .spark \
-	  .kafka-cluster .observe
+	  .kafka-cluster .observe .registry

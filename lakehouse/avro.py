@@ -12,14 +12,26 @@ library; Spark's `from_avro` decodes (`transforms.avro`).
 is a file name (relative to the spec's folder) or the schema itself, inline. Every writer schema
 is read as the reader schema (Avro's schema resolution): a field the writer lacks takes the
 reader's default, so versions that add defaulted fields decode into one shape.
+
+Or the writer schemas come from a Kafka schema registry (Confluent-compatible API), fetched when
+a run starts (`lakehouse.schema_registry`), instead of `schemas`:
+
+    avro:
+      wire_format: confluent
+      registry: {url: "http://127.0.0.1:8081/apis/ccompat/v7", subject: orders-value}
+
+`subject` defaults to `<topic>-value` (the spec fills it in); `auth_env` names the variable
+holding `user:password` for HTTP basic authentication (never in the spec, never printed).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
@@ -51,6 +63,50 @@ class AvroSchema(BaseModel):
         return {f["name"]: f["type"] for f in self.parsed["fields"]}
 
 
+class Registry(BaseModel):
+    """Where the writer schemas are registered: the Confluent-compatible API's base URL, the
+    subject whose versions they are, the variable holding `user:password` (if any)."""
+
+    model_config = STRICT
+    url: str
+    subject: str
+    auth_env: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checked(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        url = data.get("url")
+        if not isinstance(url, str):
+            raise ValueError("url: the registry's API base URL "
+                             "(http://127.0.0.1:8081/apis/ccompat/v7)")
+        parts = urlsplit(url.strip())
+        if parts.username is not None or parts.password is not None:
+            # Said without the URL: it holds the credentials.
+            raise ValueError("url: holds credentials (user:password@): credentials never sit "
+                             "in a spec; name the variable that holds user:password in auth_env")
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query \
+                or parts.fragment:
+            # Not echoed: a malformed URL may still hold credentials.
+            raise ValueError("url: not an http(s) URL of the registry's API, without query or "
+                             "fragment (http://127.0.0.1:8081/apis/ccompat/v7)")
+        data["url"] = url.strip().rstrip("/")
+        subject = data.get("subject")
+        if not isinstance(subject, str) or not subject.strip():
+            raise ValueError("subject: the registry subject of the writer schemas "
+                             "(default: <topic>-value)")
+        env = data.get("auth_env")
+        if env is not None and not (isinstance(env, str) and _VARIABLE.match(env)):
+            raise ValueError(f"auth_env: {env!r} is not an environment variable's name: "
+                             "upper-case letters, digits and _ (ORDERS_REGISTRY_AUTH)")
+        return data
+
+
+_VARIABLE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+
 def _load(value: Any, key: Any, folder: Path | None) -> dict:
     """A schema entry (a file name, or the schema inline) as an AvroSchema's fields."""
     if isinstance(value, Mapping):
@@ -72,13 +128,13 @@ def _load(value: Any, key: Any, folder: Path | None) -> dict:
             raise ValueError(f"{key}: {value} is not JSON ({exc})") from None
     else:
         raise ValueError(f"{key}: {value!r}: give a .avsc file name or the schema inline")
-    problem = _record_problem(schema)
+    problem = record_problem(schema)
     if problem:
         raise ValueError(f"{key}: {source} is not an Avro record schema: {problem}")
     return {"source": source, "text": json.dumps(schema, sort_keys=True)}
 
 
-def _record_problem(schema: Any) -> str | None:
+def record_problem(schema: Any) -> str | None:
     if not isinstance(schema, Mapping) or schema.get("type") != "record":
         return 'its top level must be {"type": "record", ...}'
     if not isinstance(schema.get("name"), str) or not schema["name"]:
@@ -141,6 +197,9 @@ class AvroInput(BaseModel):
     wire_format: Literal["confluent", "plain"] = "confluent"
     schemas: dict[int, AvroSchema] = Field(default_factory=dict)
     reader: int | None = None
+    # Writer schemas from a registry: `schemas` is empty in the spec and holds the registry's
+    # once a run fetched them (`lakehouse.schema_registry.with_registry_schemas`).
+    registry: Registry | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -151,6 +210,15 @@ class AvroInput(BaseModel):
             return data
         data, folder = dict(data), (info.context or {}).get("folder")
         plain = data.get("wire_format") == "plain"
+        if data.get("registry") is not None:
+            if plain or "schema" in data:
+                raise ValueError("registry: a registry names writer schemas by id: it is for "
+                                 "wire_format: confluent (schemas by id), not plain")
+            fetched = data.get("schemas")
+            if fetched and not (isinstance(fetched, Mapping)
+                                and all(isinstance(v, AvroSchema) for v in fetched.values())):
+                raise ValueError("declare schemas (files) or registry, not both")
+            return data
         if "schema" in data:
             if not plain:
                 raise ValueError("schema: one writer schema is for wire_format: plain; the "
@@ -178,11 +246,15 @@ class AvroInput(BaseModel):
 
     @model_validator(mode="after")
     def _resolvable(self) -> AvroInput:
+        if self.pending:
+            return self  # checked once a run fetched them
         if not self.schemas:
             raise ValueError("schemas: declare the writer schemas by id (schemas: "
                              "{1: orders_v1.avsc})")
         if self.reader is not None and self.reader not in self.schemas:
-            raise ValueError(f"reader: {self.reader} is not one of the schema ids "
+            where = (f" registered under subject {self.registry.subject}" if self.registry
+                     else "")
+            raise ValueError(f"reader: {self.reader} is not one of the schema ids{where} "
                              f"{sorted(self.schemas)}")
         reader = self.reader_schema.fields
         defaults = {f["name"] for f in self.reader_schema.parsed["fields"] if "default" in f}
@@ -199,6 +271,11 @@ class AvroInput(BaseModel):
                                      f"({self.reader_schema.source}) has {_show(reader[name])}: "
                                      "Avro cannot read one as the other")
         return self
+
+    @property
+    def pending(self) -> bool:
+        """A registry's schemas not fetched yet (a spec as loaded: no run started)."""
+        return self.registry is not None and not self.schemas
 
     @property
     def reader_id(self) -> int:
@@ -250,7 +327,9 @@ _TIME_KINDS = {"string": ("iso8601", "epoch_millis", "epoch_seconds"),
 def check_fields(avro: AvroInput, fields: Mapping[str, str], time_field: str,
                  formats: tuple[str, ...]) -> None:
     """Every declared field is a field of the reader schema, of a kind its spec type reads; a
-    ValueError names the field otherwise."""
+    ValueError names the field otherwise. (A registry's schemas: once a run fetched them.)"""
+    if avro.pending:
+        return
     reader = avro.reader_schema
     for name, spec_type in fields.items():
         if name not in reader.fields:

@@ -348,8 +348,14 @@ class Settings(BaseSettings):
         # A JSON shape's digest leaves the input format out: as it was before Avro existed.
         # What no shape had before (the input format, nested paths) is left out where unused:
         # a flat JSON shape's digest is as it was.
-        unused = ({"format", "avro"} if self.shape.format == "json" else set()) | (
-            set() if self.shape.paths else {"paths"})
+        # A registry's spec version is its URL and subject, not what is registered under it
+        # (fetched at each run); a file-based Avro spec's digest has no registry.
+        unused: dict[str, Any] = {"format": True, "avro": True} if self.shape.format == "json" \
+            else {}
+        if self.shape.avro is not None:
+            unused["avro"] = {"schemas": True} if self.shape.avro.registry else {"registry": True}
+        if not self.shape.paths:
+            unused["paths"] = True
         return {"shape": self.shape.model_dump(mode="json", exclude=unused),
                 **{k: str(getattr(self, k)) for k in RESULTS_SETTINGS}}
 

@@ -45,6 +45,7 @@ from spark_jobs.stream import (
     TopicReplaced,
     Trigger,
     is_known_restart_bug,
+    schemas_changed,
     start_ingest,
 )
 from specs.pipeline import service_pipelines
@@ -149,13 +150,18 @@ class PipelineStream:
             self.lost = WriterLockLost(next(line.strip() for line in str(exc).splitlines()
                                             if WriterLockLost.__name__ in line)[:500])
             return False
-        if (is_known_restart_bug(exc) or died_silently(self.query)) and self.restarts < MAX_RESTARTS:
+        if (is_known_restart_bug(exc) or died_silently(self.query)
+                or schemas_changed(exc)) and self.restarts < MAX_RESTARTS:
             self.restarts += 1
-            if self.metrics is not None:
-                self.metrics.query_failed(INGEST_QUERY)
-            print(f"{self.name}: ingest: restarting after Spark's known post-recovery error "
-                  "(SPARK-55271, or its query thread dying in the Kafka source's progress "
-                  "metrics; the batch had committed)", flush=True)
+            if schemas_changed(exc):  # not a failure: new ids registered (start_ingest fetches)
+                print(f"{self.name}: ingest: restarting with the registry's new schemas (the "
+                      "batch had written nothing)", flush=True)
+            else:
+                if self.metrics is not None:
+                    self.metrics.query_failed(INGEST_QUERY)
+                print(f"{self.name}: ingest: restarting after Spark's known post-recovery "
+                      "error (SPARK-55271, or its query thread dying in the Kafka source's "
+                      "progress metrics; the batch had committed)", flush=True)
             try:
                 self.book.poll(self.query, record=True)
                 self.fence.check()

@@ -32,6 +32,7 @@ from lakehouse.generations import require_applied
 from lakehouse.kafka_admin import PartitionOffsets, offsets_for_time, topic_offsets
 from lakehouse.locks import date_lock
 from lakehouse.log_ranges import ReplayIncomplete, ReplayResult, offset_ranges
+from lakehouse.schema_registry import with_registry_schemas
 from lakehouse.settings import Settings, day_bounds
 from lakehouse.state_rows import append_row, latest_row
 from lakehouse.topic_checks import require_log_append_time
@@ -97,6 +98,7 @@ def run_replay(spark: SparkSession, settings: Settings, d: date, as_of: int | No
     """Replay `d` up to the log position of bronze version `as_of` (None: the newest). Refuses
     (ReplayIncomplete) when the retained log may not hold every record of the date."""
     require_applied(settings)
+    settings = with_registry_schemas(settings)  # an Avro spec's registry: its schemas now
     with date_lock(settings, d):
         return _replay(spark, settings, d, as_of, run_id)
 

@@ -47,12 +47,14 @@ from lakehouse.commit_tags import StreamCommit, batch_of, batch_tag, newest_stre
 from lakehouse.kafka_admin import topic_id, topic_offsets
 from lakehouse.locks import Fence, checkpoint_lock
 from lakehouse.progress_reports import BatchReport, as_dict
+from lakehouse.schema_registry import SchemasChanged, registered, with_registry_schemas
 from lakehouse.settings import Settings
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.generations import apply_spec
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import CHUNK_COLUMNS, RecentIds, free_checkpointed
 from spark_jobs.tables import ensure_tables, migrate_layout, read_changes, read_table
+from transforms.avro import schema_id
 from transforms.ingest import counted_events, fold_into_open, late_projection, next_watermark_ms
 from transforms.parse import classify, quarantine_projection, valid_columns
 from transforms.windows import aggregate_windows
@@ -351,6 +353,11 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
     (quarantine, late lane, bronze last: its commit stamps the position), the batch's ids kept
     for the next batches' dedup, then its windows published in one commit."""
     shape = settings.shape
+    # An Avro spec's registry: the batch's unknown schema ids are asked about before it writes.
+    from_registry = shape.avro is not None and shape.avro.registry is not None
+    unknown_ids = ([F.array_sort(F.collect_set(F.when(
+        F.col("reason") == "unknown_schema_id", schema_id(F.col("__raw_value"))))
+    ).alias("unknown_ids")] if from_registry else [])
 
     def run(batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -390,6 +397,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 F.count(F.when(is_valid & is_late, 1)).alias("late"),
                 F.count(F.when(is_valid & ~is_late, 1)).alias("on_time"),
                 F.max(F.when(is_valid, F.unix_millis("event_time"))).alias("newest_ms"),
+                *unknown_ids,
             ).first()
             if not (facts.bad or facts.late or facts.on_time):
                 # No record (a new checkpoint's first batch at the end of the topic, or only
@@ -402,6 +410,15 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 next_watermark_ms=next_watermark_ms(watermark_ms, facts.newest_ms, settings),
                 late=facts.late, quarantined=facts.bad, topic_id=query.topic_id)
 
+            if from_registry and done is None and facts.unknown_ids and not _already_appended(
+                    settings, QUARANTINE.name, app, batch_id):
+                # Before any write: ids registered since the query started are decoded, not
+                # quarantined; the runner restarts the query with them and the batch re-runs.
+                if known := registered(shape.avro, facts.unknown_ids):
+                    raise SchemasChanged(
+                        f"{settings.pipeline}: ingest batch {batch_id}: schema ids {known} were "
+                        f"registered under subject {shape.avro.registry.subject} after the "
+                        "query started; restarting it with the registry's schemas")
             if done is None:
                 tag = batch_tag(app, batch_id)
                 if facts.bad and not _already_appended(settings, QUARANTINE.name, app, batch_id):
@@ -467,7 +484,10 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
                  recent: RecentIds | None = None, fence: Fence | None = None) -> StreamingQuery:
     """Start the ingest query, under the caller's `checkpoint_lock` (`fence`: its check runs
     before every commit). `recent`: the caller's recent-id index, kept across restarts (it
-    checks itself against bronze) and cleared by the caller when done."""
+    checks itself against bronze) and cleared by the caller when done. An Avro spec's registry
+    schemas are fetched here, at every start (a restart after `SchemasChanged` gets the new
+    ones)."""
+    settings = with_registry_schemas(settings)
     ensure_tables(spark, settings)
     migrate_layout(spark, settings, STREAMING)
     if applied := apply_spec(spark, settings):  # a spec edit takes effect here, under the lock
@@ -519,6 +539,12 @@ def is_known_restart_bug(exc: BaseException | None) -> bool:
     return exc is not None and _SPARK_55271 in str(exc)
 
 
+def schemas_changed(exc: BaseException | None) -> bool:
+    """The query stopped before a batch wrote anything because ids it carries were registered
+    since the start (`SchemasChanged`): a restart fetches them and re-runs the batch."""
+    return exc is not None and SchemasChanged.__name__ in str(exc)
+
+
 def run_available_now(spark: SparkSession, settings: Settings) -> list[dict]:
     """One checkpointed catch-up: every available record, then stop. Returns the progress
     reports of its batches (also recorded in `stream_progress`, once for the run)."""
@@ -536,8 +562,12 @@ def run_available_now(spark: SparkSession, settings: Settings) -> list[dict]:
                     break
                 except Exception as exc:  # StreamingQueryException
                     progresses += [as_dict(p) for p in q.recentProgress]
-                    if not is_known_restart_bug(exc) or attempt == MAX_RESTARTS:
+                    if not (is_known_restart_bug(exc) or schemas_changed(exc)) \
+                            or attempt == MAX_RESTARTS:
                         raise
+                    if schemas_changed(exc):
+                        print(f"{settings.pipeline}: ingest: restarting with the registry's "
+                              "new schemas", flush=True)
         finally:
             recent.clear()
     # Only batches that ran: an idle trigger's report (no new records) is no batch, and as the

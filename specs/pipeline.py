@@ -173,6 +173,11 @@ class PipelineSpec(BaseModel):
         shape = {k: data.pop(k) for k in ("fields", "event_id", "event_time", "dimensions",
                                           "measures", "format", "avro") if k in data}
         _split_decimals(shape.get("fields"))
+        avro, topic = shape.get("avro"), source.get("topic")
+        if isinstance(avro, Mapping) and isinstance(avro.get("registry"), Mapping) and \
+                "subject" not in avro["registry"] and isinstance(topic, str):
+            # The Confluent serializers' default subject (TopicNameStrategy).
+            shape["avro"] = {**avro, "registry": {**avro["registry"], "subject": f"{topic}-value"}}
         if shape:
             data["shape"] = shape
         if "window" in data:

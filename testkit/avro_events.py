@@ -15,6 +15,7 @@ import io
 import json
 import random
 import struct
+import urllib.request
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
@@ -185,3 +186,14 @@ def decode(shape: EventShape, value: bytes) -> dict:
         (sid,), body = avro.schemas, value
     return fastavro.schemaless_reader(io.BytesIO(body), _parsed(avro.schemas[sid].text),
                                       _parsed(avro.reader_schema.text))
+
+
+def register_schema(url: str, subject: str, schema: dict | str) -> int:
+    """Register a writer schema under `subject` of the registry at `url` (its Confluent API's
+    base); the id the registry gives it."""
+    text = schema if isinstance(schema, str) else json.dumps(schema)
+    request = urllib.request.Request(
+        f"{url}/subjects/{subject}/versions", data=json.dumps({"schema": text}).encode(),
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())["id"]

@@ -122,6 +122,28 @@ def pg_lock_url():
         shutil.rmtree(state, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def schema_registry():
+    """A real schema registry (Apicurio, in memory; infra/registry/registry.py, the script
+    behind `make registry-up`) on a free port; its Confluent-compatible API's base URL."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    state = tempfile.mkdtemp(prefix="lakehouse-registry-test-", dir="/tmp")
+    cli = [sys.executable, str(REPO / "infra/registry/registry.py")]
+    args = ["--state-dir", state, "--port", str(free_port())]
+    up = subprocess.run([*cli, "up", *args], capture_output=True, text=True, timeout=300)
+    if up.returncode != 0:
+        pytest.fail(f"the schema registry did not start: {up.stderr.strip() or up.stdout}")
+    try:
+        yield up.stdout.split(" on ", 1)[1].split()[0]
+    finally:
+        subprocess.run([*cli, "down", *args], check=False, capture_output=True, timeout=120)
+        shutil.rmtree(state, ignore_errors=True)
+
+
 @pytest.fixture()
 def instance_env(tmp_path, kafka_bootstrap, monkeypatch):
     """An independent pipeline instance: its own LAKEHOUSE_ROOT and topic."""

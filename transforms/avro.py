@@ -24,7 +24,8 @@ from lakehouse.avro import DECODED_FIELD, AvroInput, branches, kind
 HEADER_BYTES = 5  # Confluent: magic byte 0, then the schema id (4 bytes, big-endian)
 
 
-def _schema_id(value: Column) -> Column:
+def schema_id(value: Column) -> Column:
+    """The schema id of a Confluent-framed value (bytes 2-5, big-endian)."""
     return F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
 
 
@@ -36,14 +37,18 @@ def decode(df: DataFrame, avro: AvroInput, attempt: Column) -> DataFrame:
     """`df` (with `__raw_value`) plus `__header_ok`, `__schema_id` and `__v` (the record as a
     VARIANT object; null when it was not decoded: not attempted, no header, unknown id, bytes
     that do not decode). `attempt`: which rows to decode at all (CASE WHEN is lazy)."""
+    if avro.pending:
+        raise RuntimeError(f"the writer schemas of registry {avro.registry.url} (subject "
+                           f"{avro.registry.subject}) were not fetched: run with "
+                           "lakehouse.schema_registry.with_registry_schemas(settings)")
     value = F.col("__raw_value")
     if avro.wire_format == "confluent":
-        header_ok, schema_id = _has_header(value), _schema_id(value)
+        header_ok, sid_col = _has_header(value), schema_id(value)
         body = F.expr(f"substring(__raw_value, {HEADER_BYTES + 1})")
     else:
         (only,) = avro.schemas
-        header_ok, schema_id, body = F.lit(True), F.lit(only).cast("long"), value
-    df = df.select("*", header_ok.alias("__header_ok"), schema_id.alias("__schema_id"))
+        header_ok, sid_col, body = F.lit(True), F.lit(only).cast("long"), value
+    df = df.select("*", header_ok.alias("__header_ok"), sid_col.alias("__schema_id"))
     options = {"mode": "PERMISSIVE", "avroSchema": avro.reader_json()}
     record = None
     for sid, writer in sorted(avro.schemas.items()):
@@ -79,13 +84,15 @@ def record_detail(detail: Column, reason: Column, avro: AvroInput) -> Column:
         (schema,) = avro.schemas.values()
         return detail.when(reason == "invalid_avro",
                            F.lit(f"the bytes do not decode as Avro of {schema.source}"))
-    sid = _schema_id(value)
+    sid = schema_id(value)
+    known = (f"registered under subject {avro.registry.subject}" if avro.registry
+             else "one of the spec's")
     which = None
     for s, schema in sorted(avro.schemas.items()):
         which = (F.when if which is None else which.when)(sid == s, F.lit(schema.source))
     return (
         detail.when(reason == "unknown_schema_id",
-                    F.format_string(f"schema id %d is not one of the spec's ({ids})", sid))
+                    F.format_string(f"schema id %d is not {known} ({ids})", sid))
         .when((reason == "invalid_avro") & (F.octet_length(value) < HEADER_BYTES),
               F.format_string("%d bytes: shorter than the Confluent header (magic byte 0, "
                               "4-byte schema id)", F.octet_length(value)))
