@@ -9,8 +9,8 @@ import dagster as dg
 from assets.observe.topic import topic_metadata
 from assets.pipelines import Pipeline
 from assets.resources import KafkaResource, LakehouseResource, SparkResource
-from lakehouse.catalog import BRONZE, LATE, QUARANTINE, STREAMING
-from lakehouse.progress_reports import BatchReport
+from lakehouse.tables.catalog import BRONZE, LATE, QUARANTINE, STREAMING
+from lakehouse.tables.progress_reports import BatchReport
 from spark_jobs import stream
 from spark_jobs.run_metadata import bronze_summary, streaming_summary
 

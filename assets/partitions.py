@@ -11,8 +11,8 @@ from datetime import UTC, date, datetime
 
 from dagster import DailyPartitionsDefinition
 
-from lakehouse.settings import Settings
-from lakehouse.table_reads import bronze_dates
+from lakehouse.config.settings import Settings
+from lakehouse.tables.reads import bronze_dates
 
 
 def first_partition(settings: Settings, today: date | None = None) -> date:

@@ -21,7 +21,7 @@ from dagster import AssetKey, DailyPartitionsDefinition
 
 from assets.partitions import daily_event_dates, first_partition
 from assets.resources import DEFAULT_LAKEHOUSE
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
 from specs.pipeline import pipeline_specs
 
 

@@ -25,10 +25,10 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator
 from pyspark.sql import SparkSession
 
-from lakehouse.generations import resolve
-from lakehouse.kafka_admin import ensure_topic
-from lakehouse.settings import Settings, SettingsError, is_credential
-from lakehouse.topic_status import TopicStatus, topic_status
+from lakehouse.config.settings import Settings, SettingsError, is_credential
+from lakehouse.kafka.admin import ensure_topic
+from lakehouse.kafka.topic_status import TopicStatus, topic_status
+from lakehouse.tables.generations import resolve
 from specs.pipeline import DEFAULT_PIPELINE, PipelineSpec, SpecError, pipeline_specs
 
 
@@ -54,7 +54,7 @@ class LakehouseResource(ConfigurableResource):
     def settings_for(self, pipeline: str) -> Settings:
         """Pipeline `pipeline`'s settings: the default's, or for a spec of PIPELINES the spec's
         on top of them (`PipelineSpec.settings`), in the folder of the generation its spec
-        writes (`lakehouse.generations.resolve`, read at each call: a switch moves it). Specs
+        writes (`lakehouse.tables.generations.resolve`, read at each call: a switch moves it). Specs
         are read once per resource object."""
         if pipeline == DEFAULT_PIPELINE:
             return resolve(self.settings)
@@ -147,7 +147,7 @@ class SparkResource(LazyPySparkResource):
         if self._session is None:
             from spark_jobs.session import get_spark
 
-            self._session = get_spark(self.lakehouse.settings, extra=self.spark_config,
+            self._session = get_spark(self.lakehouse.config.settings, extra=self.spark_config,
                                       short_run=_one_run_process())
         return self._session
 

@@ -27,7 +27,7 @@ def main() -> int:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
     from spark_jobs.session import get_spark
 
     root = f"/tmp/lakehouse-commits-{uuid.uuid4().hex[:6]}"

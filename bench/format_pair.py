@@ -22,7 +22,7 @@ from specs.pipeline import load_spec
 
 
 def main() -> int:
-    from lakehouse.kafka_admin import ensure_topic
+    from lakehouse.kafka.admin import ensure_topic
     from spark_jobs import stream
     from spark_jobs.session import get_spark
     from spark_jobs.tables import ensure_tables

@@ -26,8 +26,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 from pyspark.sql.types import TimestampType
 
-from lakehouse.settings import Settings, spark_interval
-from lakehouse.shape import DEFAULT_SHAPE, EventShape
+from lakehouse.config.settings import Settings, spark_interval
+from lakehouse.events.shape import DEFAULT_SHAPE, EventShape
 
 
 def schema(shape: EventShape) -> str:

@@ -14,8 +14,8 @@ from datetime import date, datetime, time, timedelta
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.catalog import BRONZE, STREAMING
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.tables.catalog import BRONZE, STREAMING
 
 KEYS = 1000
 

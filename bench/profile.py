@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from bench import spark_ui, write_result  # noqa: E402
-from lakehouse.settings import Settings  # noqa: E402
+from lakehouse.config.settings import Settings  # noqa: E402
 from testkit.generator import GeneratorConfig, generate, produce  # noqa: E402
 
 TABLES = ("bronze_events", "quarantined_events", "streaming_aggregates", "late_events",
@@ -23,7 +23,7 @@ TABLES = ("bronze_events", "quarantined_events", "streaming_aggregates", "late_e
 
 
 def _versions(settings: Settings) -> dict[str, int]:
-    from lakehouse import delta_log
+    from lakehouse.tables import delta_log
 
     return {name: delta_log.version(settings, name) for name in TABLES}
 

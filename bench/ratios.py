@@ -31,7 +31,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 from bench import handwritten, write_result  # noqa: E402
-from lakehouse.settings import Settings  # noqa: E402
+from lakehouse.config.settings import Settings  # noqa: E402
 from specs.pipeline import PipelineSpec, load_spec  # noqa: E402
 from testkit.generator import GeneratorConfig, generate, produce  # noqa: E402
 from testkit.spec_events import generate_for_spec  # noqa: E402
@@ -67,7 +67,7 @@ def catch_up_ratios(spark, n: int, rounds: int, counter: Counter,
     """The catch-up of an n-event topic by the product and its two peers, warmed, interleaved,
     `rounds` times each on fresh roots: (the medians, their ratios and both sides' event counts;
     the last product run's settings; the topic's settings)."""
-    from lakehouse.kafka_admin import ensure_topic
+    from lakehouse.kafka.admin import ensure_topic
     from spark_jobs import stream
     from spark_jobs.tables import ensure_tables
 
@@ -136,7 +136,7 @@ def catch_up_ratios(spark, n: int, rounds: int, counter: Counter,
 def main() -> int:
     from pyspark.sql import functions as F
 
-    from lakehouse.log_ranges import offset_ranges
+    from lakehouse.kafka.log_ranges import offset_ranges
     from spark_jobs.replay import run_replay
     from spark_jobs.session import get_spark
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer
 
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
 
 KAFKA_JARS = Path(__file__).resolve().parent.parent / ".jars" / "kafka"
 

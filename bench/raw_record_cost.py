@@ -27,8 +27,8 @@ from specs.pipeline import load_spec
 
 
 def main() -> int:
-    from lakehouse.kafka_admin import ensure_topic
-    from lakehouse.table_stats import add_actions
+    from lakehouse.kafka.admin import ensure_topic
+    from lakehouse.tables.stats import add_actions
     from spark_jobs import stream
     from spark_jobs.session import get_spark
     from testkit.generator import produce

@@ -33,7 +33,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 from bench import write_result  # noqa: E402
-from lakehouse.settings import Settings  # noqa: E402
+from lakehouse.config.settings import Settings  # noqa: E402
 from testkit.generator import GeneratorConfig, generate, produce  # noqa: E402
 
 LATE_EVENTS = 50
@@ -100,7 +100,7 @@ def at_scale(spark, settings) -> dict:
     bronze rows; corrections on a date of BENCH_BIG_DATE_EVENTS (5M): the whole date, a run
     with nothing new, and an incremental run after 0.1% late events."""
     from bench.history import add_bronze, add_history
-    from lakehouse.kafka_admin import ensure_topic
+    from lakehouse.kafka.admin import ensure_topic
     from spark_jobs import stream
     from spark_jobs.corrections import run_corrections
     from spark_jobs.tables import ensure_tables

@@ -84,7 +84,7 @@ def peer(job: str, environ: dict[str, str], *args: str) -> float:
 def run_peer(job: str, *args: str) -> None:
     """In the fresh process: the session as every entry point builds it, then the peer job."""
     from bench import handwritten
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
     from spark_jobs.session import get_spark
 
     settings = Settings.from_env()
@@ -103,7 +103,7 @@ FIXED = {
     "import_code_location": "import orchestration.definitions",
     "import_great_expectations": "import expectations.reconciliation",
     "import_pyspark_sql": "import pyspark.sql",
-    "spark_session_start": ("from lakehouse.settings import Settings\n"
+    "spark_session_start": ("from lakehouse.config.settings import Settings\n"
                             "from spark_jobs.session import get_spark\n"
                             "get_spark(Settings.from_env()).stop()"),
 }
@@ -127,9 +127,9 @@ def main() -> int:
     if len(sys.argv) > 1:  # a peer, in its own process
         run_peer(sys.argv[1], *sys.argv[2:])
         return 0
-    from lakehouse.kafka_admin import ensure_topic
-    from lakehouse.log_ranges import offset_ranges
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
+    from lakehouse.kafka.admin import ensure_topic
+    from lakehouse.kafka.log_ranges import offset_ranges
     from testkit.generator import GeneratorConfig, generate, produce
 
     n = int(os.environ.get("RUN_PATH_EVENTS", "3000"))

@@ -43,11 +43,11 @@ from pathlib import Path
 import pyarrow.compute as pc
 
 from bench import spark_ui, write_result
-from lakehouse.delta_log import open_table
-from lakehouse.kafka_admin import ensure_topic
-from lakehouse.settings import Settings
-from lakehouse.shape import EventShape
-from lakehouse.table_reads import read
+from lakehouse.config.settings import Settings
+from lakehouse.events.shape import EventShape
+from lakehouse.kafka.admin import ensure_topic
+from lakehouse.tables.delta_log import open_table
+from lakehouse.tables.reads import read
 
 KEYS = 1000
 

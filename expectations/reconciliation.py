@@ -30,8 +30,8 @@ from great_expectations.render.renderer.renderer import renderer  # noqa: E402
 from pyspark.sql import Column, DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from lakehouse.settings import Settings, utc  # noqa: E402
-from lakehouse.shape import DEFAULT_SHAPE, EventShape  # noqa: E402
+from lakehouse.config.settings import Settings, utc  # noqa: E402
+from lakehouse.events.shape import DEFAULT_SHAPE, EventShape  # noqa: E402
 
 WINDOW = "_window"  # the window as UTC text, in the comparison and its Data Docs
 
@@ -61,7 +61,7 @@ def comparison_frame(left: DataFrame, right: DataFrame, left_name: str, right_na
     """Full outer join on (window_start, dimensions): the window (also as UTC text, `_window`),
     and each side's measures as `<side>_<measure>` (null where the window is not on that
     side). Working columns start with _ (a spec's column names start with a letter), and no
-    dimension is a measure's `<side>_` image (`lakehouse.shape.IMAGE_PREFIXES`)."""
+    dimension is a measure's `<side>_` image (`lakehouse.events.shape.IMAGE_PREFIXES`)."""
     l_, r_ = left.alias("l"), right.alias("r")
     joined = l_.join(r_, [F.col(f"l.{k}") == F.col(f"r.{k}") for k in shape.window_id],
                      "full_outer")

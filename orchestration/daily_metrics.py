@@ -28,11 +28,11 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from assets.pipelines import DEFAULT, Pipeline, spec_pipelines
-from lakehouse import delta_log
-from lakehouse.settings import Settings, day_bounds
-from lakehouse.state_rows import latest_row
-from lakehouse.table_reads import bronze_dates, read
-from lakehouse.table_stats import add_actions
+from lakehouse.config.settings import Settings, day_bounds
+from lakehouse.tables import delta_log
+from lakehouse.tables.reads import bronze_dates, read
+from lakehouse.tables.state_rows import latest_row
+from lakehouse.tables.stats import add_actions
 
 ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 9109

@@ -57,7 +57,7 @@ def pipeline_jobs(p: Pipeline) -> dict:
 
     # Queued with the daily writers; the op takes both generations' stream locks itself.
     @job(name=p.named("switch_generation"), tags=writes(p, "daily"),
-         description="After an edit of the spec that needs a rebuild (lakehouse.generations): "
+         description="After an edit of the spec that needs a rebuild (lakehouse.tables.generations): "
                      "switch the generation rebuilt under the new spec version into the "
                      "pipeline's folder, once every date is proven in it or reported as not "
                      "rebuildable from the log.")

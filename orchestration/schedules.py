@@ -29,7 +29,7 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 
 from assets.pipelines import Pipeline
 from assets.resources import LakehouseResource
-from lakehouse.table_reads import bronze_dates
+from lakehouse.tables.reads import bronze_dates
 from orchestration.jobs import pipeline_jobs
 
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,

@@ -45,8 +45,8 @@ from assets.observe.freshness import freshness_checks_for
 from assets.observe.topic import topic_metadata
 from assets.pipelines import Pipeline
 from assets.resources import KafkaResource, LakehouseResource
-from lakehouse.delta_log import open_table
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.tables.delta_log import open_table
 from orchestration.jobs import pipeline_jobs
 
 

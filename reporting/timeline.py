@@ -14,9 +14,9 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from lakehouse import storage
-from lakehouse.catalog import BRONZE, INGEST_QUERY, LATE, PROGRESS
-from lakehouse.settings import Settings
+from lakehouse.config import storage
+from lakehouse.config.settings import Settings
+from lakehouse.tables.catalog import BRONZE, INGEST_QUERY, LATE, PROGRESS
 from reporting.timeline_plot import Histogram, Series, TimelineData, choose_bucket, render, summary
 from spark_jobs.tables import read_table
 

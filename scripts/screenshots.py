@@ -59,7 +59,7 @@ def dagster_home() -> Path:
 
 def lakehouse_root() -> Path:
     sys.path.insert(0, str(REPO))
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
 
     return Path(Settings.from_env().lakehouse_root).resolve()
 

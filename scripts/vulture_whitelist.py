@@ -3,10 +3,10 @@
 
 from psycopg2.extensions import connection
 
-from lakehouse.correction_result import CorrectionResult
+from lakehouse.tables.correction_result import CorrectionResult
 
 # CorrectionResult.as_metadata reads every field through vars(self).
 _ = (CorrectionResult.finalized, CorrectionResult.changelog_repaired,
      CorrectionResult.beyond_horizon)
-# psycopg2 reads the attribute lakehouse.locks sets on its connection.
+# psycopg2 reads the attribute lakehouse.tables.locks sets on its connection.
 _ = connection.autocommit

@@ -7,7 +7,7 @@ Nothing here runs a Spark job. The sources are:
 - the `StreamingQueryProgress` reports the service already polls for `stream_progress`
   (`observe_progress`): batch durations, input rates and counts, the ingest query's end
   offsets, the time of the last successful batch;
-- the Kafka end offsets (`lakehouse.kafka_admin.topic_offsets`, one batched request), polled by a
+- the Kafka end offsets (`lakehouse.kafka.admin.topic_offsets`, one batched request), polled by a
   background thread every `poll_seconds` (5 s): consumer lag per partition = end offset - the
   ingest query's processed end offset (Spark commits no consumer-group offsets, docs/design.md §12);
 - the Delta logs of `quarantined_events` and `late_events`, followed commit by commit by the same
@@ -48,13 +48,13 @@ from datetime import datetime
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from lakehouse import storage
-from lakehouse.catalog import INGEST_QUERY, STREAMING
-from lakehouse.commit_tags import batch_of, stream_watermark
-from lakehouse.delta_log import LogFollower, commit_versions, data_file_uri
-from lakehouse.kafka_admin import PartitionOffsets, consumer_lag, topic_offsets
-from lakehouse.progress_reports import BatchReport
-from lakehouse.settings import Settings
+from lakehouse.config import storage
+from lakehouse.config.settings import Settings
+from lakehouse.kafka.admin import PartitionOffsets, consumer_lag, topic_offsets
+from lakehouse.tables.catalog import INGEST_QUERY, STREAMING
+from lakehouse.tables.commit_tags import batch_of, stream_watermark
+from lakehouse.tables.delta_log import LogFollower, commit_versions, data_file_uri
+from lakehouse.tables.progress_reports import BatchReport
 from spark_jobs import checkpoint as ckpt
 from transforms.parse import reasons
 

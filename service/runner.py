@@ -28,13 +28,13 @@ from contextlib import ExitStack
 
 from confluent_kafka import KafkaException
 
-from lakehouse.catalog import INGEST_QUERY
-from lakehouse.kafka_admin import PartitionOffsets, ensure_topic, topic_offsets
-from lakehouse.locks import CheckpointBusy, Fence, WriterLockLost, checkpoint_lock
-from lakehouse.progress_reports import BatchReport, as_dict
-from lakehouse.settings import Settings, SettingsError, spark_interval
-from lakehouse.topic_checks import retention_shortfall
-from lakehouse.topic_status import retention_ms
+from lakehouse.config.settings import Settings, SettingsError, spark_interval
+from lakehouse.kafka.admin import PartitionOffsets, ensure_topic, topic_offsets
+from lakehouse.kafka.topic_checks import retention_shortfall
+from lakehouse.kafka.topic_status import retention_ms
+from lakehouse.tables.catalog import INGEST_QUERY
+from lakehouse.tables.locks import CheckpointBusy, Fence, WriterLockLost, checkpoint_lock
+from lakehouse.tables.progress_reports import BatchReport, as_dict
 from service.metrics import exposing, serving
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import RecentIds

@@ -3,7 +3,7 @@
 `offsets/<batchId>` is the write-ahead log of a batch: written before the batch runs, it holds
 the watermark the batch uses (`batchWatermarkMs`) and the end offset of each source; the start
 is the previous batch's end (docs/design.md §12). Files are read through Hadoop's FileSystem so the
-same code works for local disk and object storage; with `spark=None` through `lakehouse.storage`
+same code works for local disk and object storage; with `spark=None` through `lakehouse.config.storage`
 (local disk or pyarrow's object-store clients): a run that finds nothing to do reads the
 checkpoint without starting a JVM (`spark_jobs.stream.caught_up`).
 """
@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lakehouse import storage
+from lakehouse.config import storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

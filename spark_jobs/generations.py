@@ -1,4 +1,4 @@
-"""The writes of a pipeline's spec generations (`lakehouse.generations` says what they are):
+"""The writes of a pipeline's spec generations (`lakehouse.tables.generations` says what they are):
 the registry's records, the in-place evolution of the tables at the stream's start, and the
 switch of a rebuilt generation into the pipeline's folder."""
 
@@ -13,9 +13,11 @@ from datetime import UTC, date, datetime
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from lakehouse import delta_log
-from lakehouse.catalog import ALL_TABLES, CORRECTIONS_STATE, REPLAY_STATE
-from lakehouse.generations import (
+from lakehouse.config.settings import Settings
+from lakehouse.config.storage import local_path
+from lakehouse.tables import delta_log
+from lakehouse.tables.catalog import ALL_TABLES, CORRECTIONS_STATE, REPLAY_STATE
+from lakehouse.tables.generations import (
     ACTIVE,
     BUILDING,
     GENERATIONS_DIR,
@@ -28,10 +30,8 @@ from lakehouse.generations import (
     latest_by_version,
     records,
 )
-from lakehouse.locks import checkpoint_lock
-from lakehouse.settings import Settings
-from lakehouse.storage import local_path
-from lakehouse.table_reads import bronze_dates, compare_tables, read
+from lakehouse.tables.locks import checkpoint_lock
+from lakehouse.tables.reads import bronze_dates, compare_tables, read
 from spark_jobs.replay import missing_offsets
 
 REGISTRY_DDL = """spec_version STRING NOT NULL, status STRING NOT NULL, spec STRING NOT NULL,

@@ -12,7 +12,7 @@ only where no writer can be racing it:
 - the daily tables: dates before today, each under the date's lock.
 
 On an object store Delta's log store is safe for one writing driver per table only, so the
-stream's tables are maintained only under the stream's lock (`lakehouse.locks`): while the
+stream's tables are maintained only under the stream's lock (`lakehouse.tables.locks`): while the
 stream runs they are skipped and the run says so (stop the service for a maintenance window).
 The output says when it took and released that lock (`writer lock:` lines, epoch ms), and the
 lock's fence is checked before each commit (OPTIMIZE, VACUUM), as every writer does.
@@ -39,13 +39,23 @@ from datetime import UTC, date, datetime, timedelta
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from lakehouse.catalog import ALL_TABLES, BRONZE, INGEST_QUERY, LATE, PROGRESS, QUARANTINE, SKIPPED, STREAMING, Table
-from lakehouse.commit_tags import stream_watermark
-from lakehouse.delta_log import open_table
-from lakehouse.locks import CheckpointBusy, checkpoint_lock, date_lock
-from lakehouse.settings import Settings
-from lakehouse.storage import local_path
-from lakehouse.table_stats import add_actions
+from lakehouse.config.settings import Settings
+from lakehouse.config.storage import local_path
+from lakehouse.tables.catalog import (
+    ALL_TABLES,
+    BRONZE,
+    INGEST_QUERY,
+    LATE,
+    PROGRESS,
+    QUARANTINE,
+    SKIPPED,
+    STREAMING,
+    Table,
+)
+from lakehouse.tables.commit_tags import stream_watermark
+from lakehouse.tables.delta_log import open_table
+from lakehouse.tables.locks import CheckpointBusy, checkpoint_lock, date_lock
+from lakehouse.tables.stats import add_actions
 from spark_jobs.tables import tagged_commits
 
 # A partition is compacted once it holds this many files (bounded, not one per micro-batch).

@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
-from lakehouse.catalog import INGEST_QUERY, PROGRESS
-from lakehouse.commit_tags import StreamCommit, stream_commits
-from lakehouse.kafka_admin import PartitionOffsets, consumer_lag
-from lakehouse.progress_reports import BatchReport, as_dict
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.kafka.admin import PartitionOffsets, consumer_lag
+from lakehouse.tables.catalog import INGEST_QUERY, PROGRESS
+from lakehouse.tables.commit_tags import StreamCommit, stream_commits
+from lakehouse.tables.progress_reports import BatchReport, as_dict
 
 
 def progress_row(query: str, p: dict, kafka_offsets: list[PartitionOffsets] | None,

@@ -25,17 +25,17 @@ from datetime import UTC, date, datetime
 from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import delta_log
-from lakehouse.catalog import BRONZE, REPLAY, REPLAY_STATE
-from lakehouse.commit_tags import LogPosition, bronze_position
-from lakehouse.generations import require_applied
-from lakehouse.kafka_admin import PartitionOffsets, offsets_for_time, topic_offsets
-from lakehouse.locks import date_lock
-from lakehouse.log_ranges import ReplayIncomplete, ReplayResult, offset_ranges
-from lakehouse.schema_registry import with_registry_schemas
-from lakehouse.settings import Settings, day_bounds
-from lakehouse.state_rows import append_row, latest_row
-from lakehouse.topic_checks import require_log_append_time
+from lakehouse.config.settings import Settings, day_bounds
+from lakehouse.events.schema_registry import with_registry_schemas
+from lakehouse.kafka.admin import PartitionOffsets, offsets_for_time, topic_offsets
+from lakehouse.kafka.log_ranges import ReplayIncomplete, ReplayResult, offset_ranges
+from lakehouse.kafka.topic_checks import require_log_append_time
+from lakehouse.tables import delta_log
+from lakehouse.tables.catalog import BRONZE, REPLAY, REPLAY_STATE
+from lakehouse.tables.commit_tags import LogPosition, bronze_position
+from lakehouse.tables.generations import require_applied
+from lakehouse.tables.locks import date_lock
+from lakehouse.tables.state_rows import append_row, latest_row
 from spark_jobs.tables import ensure_tables, read_table
 from transforms.counting import events_for_date
 from transforms.parse import classify, valid_columns

@@ -1,5 +1,5 @@
 """Run metadata for the stream assets, at a cost that does not grow with history: totals from
-the Delta log's statistics (`lakehouse.table_stats`), what this run did from its own batches'
+the Delta log's statistics (`lakehouse.tables.stats`), what this run did from its own batches'
 rows (found by Delta data skipping on `batch_id`/`bronze_batch_id`), the open windows (skipping
 on `status`) and the newest closed window (skipping on `window_end`, from a floor the log gives).
 No query here reads the whole of a table."""
@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.catalog import BRONZE, FINAL, INGEST_QUERY, LATE, OPEN, QUARANTINE, STREAMING
-from lakehouse.commit_tags import stream_watermark
-from lakehouse.delta_log import open_table
-from lakehouse.settings import Settings, from_micros
-from lakehouse.table_stats import largest_file_max_at_most, log_stats
+from lakehouse.config.settings import Settings, from_micros
+from lakehouse.tables.catalog import BRONZE, FINAL, INGEST_QUERY, LATE, OPEN, QUARANTINE, STREAMING
+from lakehouse.tables.commit_tags import stream_watermark
+from lakehouse.tables.delta_log import open_table
+from lakehouse.tables.stats import largest_file_max_at_most, log_stats
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.tables import read_table
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from lakehouse import storage
-from lakehouse.settings import Settings
+from lakehouse.config import storage
+from lakehouse.config.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 SPARK_JARS = REPO / ".jars" / "spark"

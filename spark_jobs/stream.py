@@ -41,14 +41,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from lakehouse import delta_log
-from lakehouse.catalog import BRONZE, INGEST_QUERY, LATE, OPEN, QUARANTINE, SKIPPED, STREAMING
-from lakehouse.commit_tags import StreamCommit, batch_of, batch_tag, newest_stream_commit
-from lakehouse.kafka_admin import topic_id, topic_offsets
-from lakehouse.locks import Fence, checkpoint_lock
-from lakehouse.progress_reports import BatchReport, as_dict
-from lakehouse.schema_registry import SchemasChanged, registered, with_registry_schemas
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.events.schema_registry import SchemasChanged, registered, with_registry_schemas
+from lakehouse.kafka.admin import topic_id, topic_offsets
+from lakehouse.tables import delta_log
+from lakehouse.tables.catalog import BRONZE, INGEST_QUERY, LATE, OPEN, QUARANTINE, SKIPPED, STREAMING
+from lakehouse.tables.commit_tags import StreamCommit, batch_of, batch_tag, newest_stream_commit
+from lakehouse.tables.locks import Fence, checkpoint_lock
+from lakehouse.tables.progress_reports import BatchReport, as_dict
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.generations import apply_spec
 from spark_jobs.progress import record_progress

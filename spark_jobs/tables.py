@@ -1,5 +1,5 @@
 """The Delta tables through Spark: creation, reads (a version, the change feed) and the
-pipeline's tag on a block of commits. Names and columns are `lakehouse.catalog`'s."""
+pipeline's tag on a block of commits. Names and columns are `lakehouse.tables.catalog`'s."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from contextlib import contextmanager
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from lakehouse import delta_log
-from lakehouse.catalog import ALL_TABLES, BRONZE, Table
-from lakehouse.commit_tags import PIPELINE_TAG
-from lakehouse.generations import SPEC_PROPERTY, VERSION_PROPERTY
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.tables import delta_log
+from lakehouse.tables.catalog import ALL_TABLES, BRONZE, Table
+from lakehouse.tables.commit_tags import PIPELINE_TAG
+from lakehouse.tables.generations import SPEC_PROPERTY, VERSION_PROPERTY
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:

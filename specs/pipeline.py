@@ -1,6 +1,6 @@
 """Pipeline specs: a topic's events and what to aggregate, declared in YAML, not coded.
 
-A spec declares the topic and its client options, the event's fields (`lakehouse.shape`: the id,
+A spec declares the topic and its client options, the event's fields (`lakehouse.events.shape`: the id,
 the event time and the forms it accepts, the group-by dimensions, the decimal measures) and the
 window, watermark delay and correction horizon. It is validated before anything runs: an error
 names the file and the field (`orders.yaml: measures[0].field: 'amout' is not a declared
@@ -31,9 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from lakehouse.catalog import ALL_TABLES
-from lakehouse.generations import resolve
-from lakehouse.settings import (
+from lakehouse.config.settings import (
     TOPIC_NAME,
     Duration,
     Settings,
@@ -43,7 +41,9 @@ from lakehouse.settings import (
     is_credential,
     parse_duration,
 )
-from lakehouse.shape import DEFAULT_SHAPE, IDENT, STRICT, EventShape, Identifier
+from lakehouse.events.shape import DEFAULT_SHAPE, IDENT, STRICT, EventShape, Identifier
+from lakehouse.tables.catalog import ALL_TABLES
+from lakehouse.tables.generations import resolve
 
 
 class SpecError(SettingsError):
@@ -65,7 +65,7 @@ def _duration(value: Any) -> Any:
     return value
 
 
-# A spec's durations follow the settings' rules (`lakehouse.settings`: positive; a window size
+# A spec's durations follow the settings' rules (`lakehouse.config.settings`: positive; a window size
 # divides a day), read from the spec's text with a message that quotes it.
 SpecDuration = Annotated[Duration, BeforeValidator(_duration)]
 SpecWindowSize = Annotated[WindowSize, BeforeValidator(_duration)]

@@ -22,8 +22,8 @@ from functools import lru_cache
 
 import fastavro
 
-from lakehouse.avro import AvroInput, branches, kind
-from lakehouse.shape import EventShape, precision_scale
+from lakehouse.events.avro import AvroInput, branches, kind
+from lakehouse.events.shape import EventShape, precision_scale
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 UNKNOWN_ID_OFFSET = 97  # an id past the spec's newest: a schema registered after the spec

@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
-from lakehouse import delta_log
-from lakehouse.settings import Settings, SettingsError, parse_duration
+from lakehouse.config.settings import Settings, SettingsError, parse_duration
+from lakehouse.tables import delta_log
 from orchestration.console import Console, quiet_process_output
 from specs.pipeline import PipelineSpec, selected_pipeline
 from testkit.runs import run_job
@@ -202,7 +202,7 @@ def live(run: Demo, knobs: Knobs, spec: PipelineSpec | None) -> bool:
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from lakehouse.commit_tags import stream_commits
+    from lakehouse.tables.commit_tags import stream_commits
     from service.runner import serve
     from testkit.generator import GeneratorConfig, generate, produce
     from testkit.spec_events import generate_for_spec
@@ -252,7 +252,7 @@ def _has_bronze(settings: Settings) -> bool:
 
 def demo(settings: Settings, knobs: Knobs, instance, console: Console,
          log_path: str | None, spec: PipelineSpec | None = None) -> int:
-    from lakehouse.table_reads import compare_tables, table_counts
+    from lakehouse.tables.reads import compare_tables, table_counts
     from testkit.generator import GeneratorConfig, generate
     from testkit.spec_events import generate_for_spec
 

@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote
 
-from lakehouse.commit_tags import batch_of
-from lakehouse.delta_log import Commit, commit_versions, read_commit
+from lakehouse.tables.commit_tags import batch_of
+from lakehouse.tables.delta_log import Commit, commit_versions, read_commit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -142,7 +142,7 @@ def kill_in_flight(svc, checkpoint: str, min_batch: int, timeout: float = 240) -
 
 
 # ---------------------------------------------------------------------------------------------
-# The Delta log (lakehouse.delta_log's commit files) and the data files beside it
+# The Delta log (lakehouse.tables.delta_log's commit files) and the data files beside it
 # ---------------------------------------------------------------------------------------------
 class DeltaLog:
     """A local Delta table's commits, each commit file read once (`refresh` reads the new
@@ -288,7 +288,7 @@ def kill_corrections(proc, settings, hook: str, timeout: float = 600) -> str | N
 def _corrections_main(argv: list[str]) -> int:
     from datetime import date
 
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
     from spark_jobs.corrections import run_corrections
     from spark_jobs.session import get_spark
 

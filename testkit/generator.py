@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from lakehouse.settings import Settings, parse_duration
+from lakehouse.config.settings import Settings, parse_duration
 
 MALFORMED_KINDS = (
     "invalid_json",
@@ -170,7 +170,7 @@ def produce(settings: Settings, records: list[Record], rate: float | None = None
     """Produce records in order (idempotent producer, acks=all); returns the number delivered."""
     from confluent_kafka import Producer
 
-    from lakehouse.kafka_admin import ensure_topic
+    from lakehouse.kafka.admin import ensure_topic
 
     topic = topic or settings.events_topic
     ensure_topic(settings, topic)

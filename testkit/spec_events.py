@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_DOWN, Decimal, localcontext
 
-from lakehouse.shape import EventShape, precision_scale
+from lakehouse.events.shape import EventShape, precision_scale
 from specs.pipeline import PipelineSpec
 from testkit import avro_events
 from testkit.generator import Generated, GeneratorConfig, Record, _encode

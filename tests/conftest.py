@@ -86,8 +86,8 @@ def pipeline_env(root: Path, bootstrap: str, prefix: str, topic: str | None = No
     """Environment of an independent pipeline instance (own LAKEHOUSE_ROOT and, unless `topic`
     is given, own topic) for a module-scoped scenario; restores the environment afterwards.
     Yields its Settings."""
-    from lakehouse.env import overridden
-    from lakehouse.settings import Settings
+    from lakehouse.config.env import overridden
+    from lakehouse.config.settings import Settings
 
     env = {
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
@@ -151,14 +151,14 @@ def instance_env(tmp_path, kafka_bootstrap, monkeypatch):
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
     monkeypatch.setenv("EVENTS_TOPIC", topic)
     monkeypatch.setenv("LAKEHOUSE_ROOT", str(tmp_path / "lakehouse"))
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
 
     return Settings.from_env()
 
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
     from spark_jobs.session import get_spark
 
     root = tmp_path_factory.mktemp("spark")
@@ -179,7 +179,7 @@ def publish_instance(settings, cfg, chunks: int, instance):
         produce(settings, records[i * step:(i + 1) * step])
         result, _ = run_job("stream_catch_up", instance)
         assert result.success, f"catch-up {i} failed"
-    from lakehouse.table_reads import bronze_dates
+    from lakehouse.tables.reads import bronze_dates
 
     dates = sorted(bronze_dates(settings))
     for d in dates:
@@ -237,7 +237,7 @@ def observe_stack(state: Path, stream_ports: list[int], rules_dir: Path | None =
     the script behind `make observe-up`) on free ports in `state`, scraping `stream_ports`
     every `interval` (and a daily exporter's `daily_port`), alerts posted to `webhook`; yields the
     `Stack`. Stopped at the end."""
-    from lakehouse.env import overridden
+    from lakehouse.config.env import overridden
     from testkit.infra import infra_module
 
     observe = infra_module("prometheus/observe.py")

@@ -16,7 +16,7 @@ import fastavro
 import pytest
 import yaml
 
-from lakehouse.settings import Settings, utc
+from lakehouse.config.settings import Settings, utc
 from specs.pipeline import SpecError, load_spec, parse_spec
 from transforms.parse import REASONS, parsed_events, reasons
 

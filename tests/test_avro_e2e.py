@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from lakehouse.table_reads import bronze_dates, read
+from lakehouse.tables.reads import bronze_dates, read
 from testkit.runs import run_in
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -32,7 +32,7 @@ def avro_orders(tmp_path_factory, kafka_bootstrap):
 
     from assets.pipelines import spec_pipelines
     from assets.resources import LakehouseResource
-    from lakehouse.env import overridden
+    from lakehouse.config.env import overridden
     from orchestration.definitions import definitions_for
     from specs.pipeline import load_spec
     from testkit.faults import kill_inside_batch, running_service

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lakehouse.kafka_admin import ensure_topic
-from lakehouse.table_reads import read
+from lakehouse.kafka.admin import ensure_topic
+from lakehouse.tables.reads import read
 from spark_jobs import stream
 from testkit.generator import GeneratorConfig, generate, produce
 
@@ -134,7 +134,7 @@ def test_a_deleted_and_recreated_topic_is_refused_naming_the_topic_id(instance_e
     resuming at bronze's position would skip its early records silently. The stream refuses."""
     import time
 
-    from lakehouse.kafka_admin import admin, topic_id
+    from lakehouse.kafka.admin import admin, topic_id
 
     settings = instance_env
     ensure_topic(settings)
@@ -174,7 +174,7 @@ def test_records_retention_deleted_before_the_stream_read_them(instance_env, spa
     skipped_offsets and goes on from the earliest retained offsets, every retained record once."""
     from confluent_kafka import TopicPartition
 
-    from lakehouse.kafka_admin import admin, topic_offsets
+    from lakehouse.kafka.admin import admin, topic_offsets
 
     settings = instance_env
     first, second = ingested_then_more(settings, spark)
@@ -196,7 +196,7 @@ def test_records_retention_deleted_before_the_stream_read_them(instance_env, spa
     assert f"offsets {bronze_ends[0]}-{cut[0] - 1}" in str(refused.value)
 
     monkeypatch.setenv("ON_DATA_LOSS", "skip_and_record")
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
 
     skipping = Settings.from_env()
     stream.run_available_now(spark, skipping)

@@ -12,9 +12,9 @@ from conftest import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from assets.pipelines import Pipeline
-from lakehouse.settings import Settings
-from lakehouse.state_rows import latest_row
-from lakehouse.table_reads import read
+from lakehouse.config.settings import Settings
+from lakehouse.tables.reads import read
+from lakehouse.tables.state_rows import latest_row
 from orchestration.daily_metrics import DailyCollector, deadline
 
 

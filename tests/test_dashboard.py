@@ -42,7 +42,7 @@ def test_every_panel_query_parses_and_finds_data(tmp_path, scenario):
     from test_metrics import progress
 
     from assets.pipelines import Pipeline
-    from lakehouse.kafka_admin import PartitionOffsets
+    from lakehouse.kafka.admin import PartitionOffsets
     from orchestration.daily_metrics import DailyCollector
     from service.metrics import StreamMetrics
 

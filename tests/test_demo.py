@@ -80,8 +80,8 @@ def first_look(env: dict, home: Path) -> None:
     has a latest evaluation, which passed."""
     from conftest import free_port
 
-    from lakehouse.settings import Settings
-    from lakehouse.table_reads import bronze_dates
+    from lakehouse.config.settings import Settings
+    from lakehouse.tables.reads import bronze_dates
     from testkit.webserver import gql, webserver
 
     env = {k: v for k, v in env.items() if k != "PARTITIONS_START"}  # the default: data's first

@@ -31,7 +31,7 @@ def sasl(tmp_path_factory):
         yield broker, user, password
     finally:
         broker.down()
-        from lakehouse.kafka_admin import forget_admins
+        from lakehouse.kafka.admin import forget_admins
 
         forget_admins(broker.bootstrap)  # no reconnects to a broker that is gone
 
@@ -39,7 +39,7 @@ def sasl(tmp_path_factory):
 def test_right_credentials_produce_and_consume(sasl, monkeypatch):
     from confluent_kafka import Consumer
 
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
     from testkit.generator import Record, produce
 
     broker, user, password = sasl
@@ -103,7 +103,7 @@ def test_wrong_credentials_fail_fast_naming_authentication_without_leaking(
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("EVENTS_TOPIC", f"sasl-{uuid.uuid4().hex[:8]}")
     monkeypatch.setenv("LAKEHOUSE_ROOT", str(tmp_path / "lakehouse"))
-    from lakehouse.kafka_admin import forget_admins
+    from lakehouse.kafka.admin import forget_admins
 
     forget_admins(broker.bootstrap)  # the right credentials' clients of another test, if any
     wait_until(lambda: not sockets_to(broker.port), "earlier clients' sockets to close")

@@ -1,4 +1,4 @@
-"""Spec edits, by kind (`lakehouse.generations`): what each takes; an in-place change applied by
+"""Spec edits, by kind (`lakehouse.tables.generations`): what each takes; an in-place change applied by
 the stream's next start (refused by other writers before), old rows kept, the dates rebuilt by a
 reprocess; a rebuild built apart from the Kafka log, a date the retained log no longer holds
 reported as not rebuildable and never switched in silently."""
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lakehouse.settings import Settings
-from lakehouse.table_reads import bronze_dates, compare_tables, read
+from lakehouse.config.settings import Settings
+from lakehouse.tables.reads import bronze_dates, compare_tables, read
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 BASE = yaml.safe_load((EXAMPLES / "orders.yaml").read_text())
@@ -30,7 +30,7 @@ def spec_settings(folder: Path, base: Settings, **changes):
 
 
 def kind(tmp_path, **changes) -> tuple[str, tuple[str, ...]]:
-    from lakehouse.generations import change_between
+    from lakehouse.tables.generations import change_between
 
     base = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
     _, before = spec_settings(tmp_path, base)
@@ -85,7 +85,7 @@ def _rebuild_dates(spark, settings) -> None:
 
 
 def test_an_in_place_edit_is_applied_by_the_next_stream_start(tmp_path, kafka_bootstrap, spark):
-    from lakehouse.generations import SpecChangePending, records, resolve
+    from lakehouse.tables.generations import SpecChangePending, records, resolve
     from spark_jobs.corrections import run_corrections
     from spark_jobs.replay import run_replay
     from spark_jobs.stream import catch_up
@@ -161,8 +161,8 @@ def test_a_date_beyond_the_retained_log_is_reported_not_rebuildable(tmp_path, ka
                                                                      spark):
     from confluent_kafka import TopicPartition
 
-    from lakehouse.generations import records, resolve
-    from lakehouse.kafka_admin import admin, topic_offsets
+    from lakehouse.kafka.admin import admin, topic_offsets
+    from lakehouse.tables.generations import records, resolve
     from spark_jobs.generations import SwitchRefused, switch, verdicts
     from spark_jobs.stream import catch_up
     from testkit.generator import end_across_midnight, produce
@@ -188,7 +188,7 @@ def test_a_date_beyond_the_retained_log_is_reported_not_rebuildable(tmp_path, ka
     v2 = resolve(edited)
     assert v2.home == v1.root and v2.root.endswith(f"_generations/{v2.results_version}")
     catch_up(spark, v2)  # the new generation, from the earliest retained offset
-    from lakehouse.log_ranges import ReplayIncomplete
+    from lakehouse.kafka.log_ranges import ReplayIncomplete
     from spark_jobs.replay import run_replay
 
     # Every record was appended today: deleted ones may belong to either date (the broker's
@@ -234,8 +234,8 @@ def test_a_spec_edit_while_the_service_runs_waits_for_its_next_start(tmp_path, k
 
     from conftest import free_port
 
-    from lakehouse.generations import SpecChangePending, records, resolve
-    from lakehouse.locks import CheckpointBusy
+    from lakehouse.tables.generations import SpecChangePending, records, resolve
+    from lakehouse.tables.locks import CheckpointBusy
     from spark_jobs.replay import run_replay
     from spark_jobs.stream import catch_up, run_available_now
     from testkit.faults import running_service, wait_for

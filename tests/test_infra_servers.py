@@ -100,7 +100,7 @@ def test_postgres_holds_a_dagster_instance(monkeypatch):
 
 
 def test_cluster_env_names_the_settings_the_pipeline_reads():
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
 
     env = dict(line.split("=", 1) for line in (REPO / "infra/cluster.env").read_text().splitlines()
                if line.strip() and not line.startswith("#"))

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
-from lakehouse import delta_log
-from lakehouse.commit_tags import StreamCommit
-from lakehouse.kafka_admin import ensure_topic
-from lakehouse.table_reads import read
+from lakehouse.kafka.admin import ensure_topic
+from lakehouse.tables import delta_log
+from lakehouse.tables.commit_tags import StreamCommit
+from lakehouse.tables.reads import read
 from spark_jobs import stream
 from testkit.generator import GeneratorConfig, generate, produce
 
@@ -128,7 +128,7 @@ def test_copies_in_later_batches_of_one_run_count_once(instance_env, spark):
                 {"event_id": f"e-{i}", "key": f"k{i % 3}", "event_time": at,
                  "value": f"{i}.5"}))
         producer.flush(30)
-    from lakehouse.locks import checkpoint_lock
+    from lakehouse.tables.locks import checkpoint_lock
     from spark_jobs.recent_ids import RecentIds
 
     recent = RecentIds()  # kept across the run's batches, as the service keeps it

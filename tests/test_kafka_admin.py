@@ -6,8 +6,8 @@ import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from lakehouse.kafka_admin import ensure_topic, offsets_for_time, topic_offsets
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.kafka.admin import ensure_topic, offsets_for_time, topic_offsets
 
 
 def test_offsets_match_a_consumers_view(kafka_bootstrap):
@@ -58,7 +58,7 @@ def test_offsets_match_a_consumers_view(kafka_bootstrap):
 def test_topic_config_is_read_through_the_shared_admin_client(kafka_bootstrap):
     """`retention_ms` calls `admin(settings).describe_configs(...)`: with a throwaway client the
     future failed (`_DESTROY`) and the status showed no retention."""
-    from lakehouse.topic_status import retention_ms
+    from lakehouse.kafka.topic_status import retention_ms
 
     settings = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
                                   "EVENTS_TOPIC": f"offsets-{uuid.uuid4().hex[:10]}"})
@@ -73,8 +73,8 @@ def test_a_topics_retention_is_checked_against_the_correction_horizon(kafka_boot
     from types import SimpleNamespace
 
     from assets.observe.topic import topic_metadata
-    from lakehouse.topic_checks import retention_shortfall
-    from lakehouse.topic_status import retention_ms, topic_status
+    from lakehouse.kafka.topic_checks import retention_shortfall
+    from lakehouse.kafka.topic_status import retention_ms, topic_status
 
     day = 24 * 3600 * 1000
 

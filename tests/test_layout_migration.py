@@ -5,11 +5,11 @@ rows unchanged, before the stream publishes into it."""
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
-from lakehouse import delta_log
-from lakehouse.catalog import STREAMING
-from lakehouse.settings import Settings
-from lakehouse.table_reads import read
-from lakehouse.table_stats import add_actions
+from lakehouse.config.settings import Settings
+from lakehouse.tables import delta_log
+from lakehouse.tables.catalog import STREAMING
+from lakehouse.tables.reads import read
+from lakehouse.tables.stats import add_actions
 from spark_jobs.tables import migrate_layout
 
 

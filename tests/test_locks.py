@@ -13,14 +13,14 @@ from datetime import date
 
 import pytest
 
-from lakehouse.locks import (
+from lakehouse.config.settings import Settings
+from lakehouse.tables.locks import (
     CheckpointBusy,
     LockUnavailable,
     WriterLockLost,
     checkpoint_lock,
     date_lock,
 )
-from lakehouse.settings import Settings
 
 ROOT = "s3a://bucket/lake"
 
@@ -56,8 +56,8 @@ def holder_process(settings: Settings) -> subprocess.Popen:
     """Another process holding the stream's lock until killed; prints 'held' once it has it."""
     code = textwrap.dedent(f"""
         import sys, time
-        from lakehouse.locks import checkpoint_lock
-        from lakehouse.settings import Settings
+        from lakehouse.tables.locks import checkpoint_lock
+        from lakehouse.config.settings import Settings
         s = Settings.from_env({{"LAKEHOUSE_ROOT": {settings.root!r},
                                "LAKEHOUSE_LOCK_URL": {settings.lock_dsn or ""!r}}})
         with checkpoint_lock(s, "ingest"):

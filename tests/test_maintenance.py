@@ -12,11 +12,11 @@ import pytest
 from conftest import run_job
 from dagster import DagsterInstance
 
-from lakehouse import delta_log
-from lakehouse.catalog import ALL_TABLES, BRONZE, STREAMING
-from lakehouse.commit_tags import PIPELINE_TAG
-from lakehouse.delta_log import commits, open_table
-from lakehouse.table_stats import add_actions
+from lakehouse.tables import delta_log
+from lakehouse.tables.catalog import ALL_TABLES, BRONZE, STREAMING
+from lakehouse.tables.commit_tags import PIPELINE_TAG
+from lakehouse.tables.delta_log import commits, open_table
+from lakehouse.tables.stats import add_actions
 from spark_jobs import stream
 from spark_jobs.maintenance import maintain_table, maintain_tables, parse_interval
 from spark_jobs.tables import read_table
@@ -111,7 +111,7 @@ def test_delta_intervals():
 
 
 def test_a_lakehouse_without_tables_has_nothing_to_maintain(spark, tmp_path):
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
 
     done = maintain_tables(spark, Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)}))
     assert [m.table for m in done] == [t.name for t in ALL_TABLES]

@@ -18,9 +18,9 @@ from conftest import free_port
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lakehouse.kafka_admin import PartitionOffsets
-from lakehouse.settings import Settings
-from lakehouse.table_reads import read
+from lakehouse.config.settings import Settings
+from lakehouse.kafka.admin import PartitionOffsets
+from lakehouse.tables.reads import read
 from service.metrics import StreamMetrics, exposing
 from testkit.generator import Record, produce
 from transforms.parse import REASONS
@@ -148,7 +148,7 @@ def stream_commit(settings: Settings, watermark: datetime) -> None:
     """A bronze commit as the ingest query stamps it (delta-rs: no Spark)."""
     from deltalake import CommitProperties, write_deltalake
 
-    from lakehouse.commit_tags import StreamCommit
+    from lakehouse.tables.commit_tags import StreamCommit
 
     commit = StreamCommit(0, {0: 1}, query="q", batch_id=0,
                           next_watermark_ms=int(watermark.timestamp() * 1000))

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from lakehouse.settings import Settings, utc
+from lakehouse.config.settings import Settings, utc
 from specs.pipeline import SpecError, parse_spec
 from transforms.parse import parsed_events, reasons
 

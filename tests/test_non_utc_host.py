@@ -10,8 +10,8 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse.catalog import BRONZE
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.tables.catalog import BRONZE
 from spark_jobs.run_metadata import bronze_summary
 from spark_jobs.tables import ensure_tables, read_table
 from transforms.recompute import recompute

@@ -13,7 +13,7 @@ import yaml
 from dagster import AssetKey
 
 from assets.resources import LakehouseResource
-from lakehouse.table_reads import bronze_dates, read
+from lakehouse.tables.reads import bronze_dates, read
 from orchestration.definitions import definitions_for
 from testkit.runs import run_in
 
@@ -49,8 +49,8 @@ def two_pipelines(tmp_path_factory, kafka_bootstrap):
 
     from assets.pipelines import Pipeline, spec_pipelines
     from assets.resources import LakehouseResource
-    from lakehouse.env import overridden
-    from lakehouse.settings import Settings
+    from lakehouse.config.env import overridden
+    from lakehouse.config.settings import Settings
     from orchestration.definitions import definitions_for
     from specs.pipeline import load_spec
     from testkit.generator import GeneratorConfig, end_across_midnight, produce
@@ -148,7 +148,7 @@ def test_orders_service_crashes_lose_and_duplicate_nothing(tmp_path, kafka_boots
 
     from dagster import DagsterInstance
 
-    from lakehouse.env import overridden
+    from lakehouse.config.env import overridden
     from spark_jobs.stream import INGEST_QUERY
     from specs.pipeline import selected_pipeline
     from testkit.faults import kill_in_flight, kill_inside_batch, next_batch, running_service, start_service, wait_for

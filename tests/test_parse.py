@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from lakehouse.settings import Settings, utc
+from lakehouse.config.settings import Settings, utc
 from transforms.parse import REASONS, parsed_events
 
 BROKER_TIME = datetime(2026, 11, 21, 14, 1, tzinfo=UTC)

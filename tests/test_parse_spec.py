@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
-from lakehouse.settings import Settings, utc
+from lakehouse.config.settings import Settings, utc
 from specs.pipeline import load_spec
 from transforms.parse import parsed_events, reasons
 
@@ -94,7 +94,7 @@ def test_only_the_declared_time_forms_count(spark, tmp_path):
 
 
 def test_the_default_reasons_are_the_contract():
-    from lakehouse.shape import DEFAULT_SHAPE
+    from lakehouse.events.shape import DEFAULT_SHAPE
     from transforms.parse import REASONS
 
     assert reasons(DEFAULT_SHAPE) == REASONS == (

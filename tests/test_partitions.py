@@ -8,7 +8,7 @@ import pytest
 from deltalake import write_deltalake
 
 from assets.partitions import first_partition
-from lakehouse.settings import Settings, SettingsError
+from lakehouse.config.settings import Settings, SettingsError
 
 TODAY = date(2026, 11, 25)
 

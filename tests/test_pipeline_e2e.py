@@ -7,7 +7,7 @@ from collections import Counter
 from datetime import UTC, timedelta
 from decimal import Decimal
 
-from lakehouse.table_reads import compare_tables, read
+from lakehouse.tables.reads import compare_tables, read
 
 
 def naive_utc(t):

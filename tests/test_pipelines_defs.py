@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from assets.resources import LakehouseResource
-from lakehouse.settings import SettingsError
+from lakehouse.config.settings import SettingsError
 from specs.pipeline import SpecError, pipeline_specs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,7 +56,7 @@ print(json.dumps({
                "window_s": orders.window_size.total_seconds(),
                "dimensions": list(orders.shape.dimension_names)},
     "app_events_topic": lakehouse.settings_for("app_events").events_topic,
-    "default_root": lakehouse.settings.root,
+    "default_root": lakehouse.config.settings.root,
     "spark_started": SparkContext._active_spark_context is not None
                      or SparkSession.getActiveSession() is not None,
     "children": children,

@@ -1,9 +1,9 @@
 """`stream_progress` gets one row per batch: recording the same reports again (a retried call)
 writes nothing, a batch reported twice in one call keeps its last report."""
 
-from lakehouse.catalog import INGEST_QUERY, PROGRESS
-from lakehouse.kafka_admin import PartitionOffsets, consumer_lag
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.kafka.admin import PartitionOffsets, consumer_lag
+from lakehouse.tables.catalog import INGEST_QUERY, PROGRESS
 from spark_jobs.progress import progress_row, record_progress
 from spark_jobs.tables import ensure_tables, read_table
 

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse.settings import utc
-from lakehouse.shape import DEFAULT_SHAPE
+from lakehouse.config.settings import utc
+from lakehouse.events.shape import DEFAULT_SHAPE
 
 MEASURES = DEFAULT_SHAPE.measure_columns
 
@@ -69,8 +69,8 @@ def test_delta_rs_and_polars_read_what_spark_reads(scenario, spark, name):
 
 
 def test_change_feed_of_gold_shows_each_revision_the_changelog_records(scenario, spark):
-    from lakehouse import delta_log
-    from lakehouse.catalog import RECONCILED
+    from lakehouse.tables import delta_log
+    from lakehouse.tables.catalog import RECONCILED
 
     settings = scenario[0]
     path = settings.table_path("reconciled_aggregates")

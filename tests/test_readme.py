@@ -10,7 +10,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -22,7 +22,7 @@ READ_ELSEWHERE = {
     "TZ": "the C library's time zone (`TZ=America/New_York make test`)",
     "ORDERS_SASL_PASSWORD": "an example of a variable a spec's `secret_env` names",
 }
-# The pass-through families (lakehouse/settings.py, `_PassThrough`): every variable of each is a
+# The pass-through families (lakehouse/config/settings.py, `_PassThrough`): every variable of each is a
 # client option.
 PASSED = {"KAFKA_SECURITY_", "KAFKA_SASL_", "KAFKA_SSL_", "SPARK_CONF_"}
 # Product code may read these without the README naming them.

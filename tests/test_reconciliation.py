@@ -18,9 +18,9 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from assets.reconcile.checks import prove_dates
-from lakehouse.kafka_admin import admin, topic_offsets
-from lakehouse.settings import utc
-from lakehouse.table_reads import compare_tables, read
+from lakehouse.config.settings import utc
+from lakehouse.kafka.admin import admin, topic_offsets
+from lakehouse.tables.reads import compare_tables, read
 
 
 @pytest.fixture(scope="module")
@@ -323,8 +323,8 @@ def test_the_check_fails_when_gold_and_replay_come_from_different_positions(publ
     """The proof compares gold and a replay of the same log prefix, or fails naming both."""
     from datetime import time
 
-    from lakehouse import delta_log
-    from lakehouse.catalog import BRONZE
+    from lakehouse.tables import delta_log
+    from lakehouse.tables.catalog import BRONZE
     from spark_jobs.replay import run_replay
     from testkit.generator import GeneratorConfig, generate, produce
 

@@ -6,8 +6,8 @@ that died before logging them are logged by the date's next run, from gold's cha
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
-from lakehouse.catalog import CORRECTIONS, RECONCILED
-from lakehouse.correction_result import CorrectionResult
+from lakehouse.tables.catalog import CORRECTIONS, RECONCILED
+from lakehouse.tables.correction_result import CorrectionResult
 from spark_jobs.corrections.publish import publish
 from spark_jobs.tables import ensure_tables, read_table
 
@@ -26,7 +26,7 @@ def window(spark, count: int | None):
 
 
 def test_a_removed_window_that_comes_back_continues_its_revisions(spark, tmp_path):
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
 
     settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
     ensure_tables(spark, settings)
@@ -54,7 +54,7 @@ def test_a_run_that_died_after_its_gold_commit_is_logged_by_the_next_run(
         spark, tmp_path, monkeypatch):
     import sys
 
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
     from spark_jobs.corrections import changelog
     from spark_jobs.corrections.state import latest_state, save_state
 
@@ -63,7 +63,7 @@ def test_a_run_that_died_after_its_gold_commit_is_logged_by_the_next_run(
     scope = window(spark, 1).select("window_start", "key")
 
     def gold_version():
-        from lakehouse import delta_log
+        from lakehouse.tables import delta_log
         return delta_log.version(settings, RECONCILED.name)
 
     def changelog_rows():

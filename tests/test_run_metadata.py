@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import types as T
 
-from lakehouse.catalog import BRONZE, LATE, QUARANTINE, STREAMING
-from lakehouse.settings import Settings
-from lakehouse.table_stats import LogStats, log_stats
+from lakehouse.config.settings import Settings
+from lakehouse.tables.catalog import BRONZE, LATE, QUARANTINE, STREAMING
+from lakehouse.tables.stats import LogStats, log_stats
 from spark_jobs.run_metadata import bronze_summary, recent_windows
 from spark_jobs.tables import ensure_tables, read_table
 

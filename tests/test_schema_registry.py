@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lakehouse.schema_registry import RegistryError, registered, with_registry_schemas
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.events.schema_registry import RegistryError, registered, with_registry_schemas
 from specs.pipeline import SpecError, load_spec, parse_spec
 from testkit.avro_events import register_schema
 

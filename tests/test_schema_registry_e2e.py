@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from lakehouse.table_reads import bronze_dates, compare_tables, read
+from lakehouse.tables.reads import bronze_dates, compare_tables, read
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 V3 = {**json.loads((EXAMPLES / "orders_v2.avsc").read_text())}
@@ -31,8 +31,8 @@ V3["fields"] = [*V3["fields"], {"name": "channel", "type": "string", "default": 
 
 @pytest.fixture(scope="module")
 def registry_orders(tmp_path_factory, kafka_bootstrap, spark, schema_registry):
-    from lakehouse.schema_registry import with_registry_schemas
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
+    from lakehouse.events.schema_registry import with_registry_schemas
     from service.runner import PipelineStream
     from spark_jobs.corrections import run_corrections
     from spark_jobs.replay import run_replay

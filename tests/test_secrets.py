@@ -5,8 +5,8 @@ Dagster's run storage, or anything the process printed (Python, the JVM, librdka
 from dagster import DagsterInstance
 from dagster._serdes import serialize_value
 
-from lakehouse.kafka_admin import ensure_topic
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.kafka.admin import ensure_topic
 from testkit.generator import GeneratorConfig, generate, produce
 
 SECRET = "pw-9f3b1c-never-printed"

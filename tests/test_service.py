@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from reference import aggregate, dedup, rows_of
 
-from lakehouse.locks import CheckpointBusy
-from lakehouse.table_reads import read
+from lakehouse.tables.locks import CheckpointBusy
+from lakehouse.tables.reads import read
 from spark_jobs import stream
 from testkit.faults import (  # noqa: F401
     in_flight,

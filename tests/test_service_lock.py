@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from lakehouse.locks import WriterLockLost
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.tables.locks import WriterLockLost
 from service import runner as service
 
 

@@ -18,9 +18,9 @@ from conftest import free_port
 from prometheus_client.parser import text_string_to_metric_families
 from reference import aggregate, dedup, rows_of
 
-from lakehouse.kafka_admin import admin
-from lakehouse.settings import Settings
-from lakehouse.table_reads import read
+from lakehouse.config.settings import Settings
+from lakehouse.kafka.admin import admin
+from lakehouse.tables.reads import read
 from specs.pipeline import load_spec
 from testkit.faults import kill_inside_batch, output, running_service, start_service, wait_for
 from testkit.generator import GeneratorConfig, generate, produce
@@ -90,8 +90,8 @@ def prove_every_date(env: dict, settings: dict) -> dict[str, str]:
 
     from assets.pipelines import Pipeline, spec_pipelines
     from assets.resources import LakehouseResource
-    from lakehouse.env import overridden
-    from lakehouse.table_reads import bronze_dates, compare_tables
+    from lakehouse.config.env import overridden
+    from lakehouse.tables.reads import bronze_dates, compare_tables
     from orchestration.definitions import definitions_for
     from testkit.runs import run_in, step_failures
 

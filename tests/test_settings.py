@@ -3,8 +3,8 @@ from datetime import timedelta
 
 import pytest
 
-from lakehouse import storage
-from lakehouse.settings import Settings, SettingsError, parse_duration, spark_interval
+from lakehouse.config import storage
+from lakehouse.config.settings import Settings, SettingsError, parse_duration, spark_interval
 
 
 def test_defaults_match_the_contract():

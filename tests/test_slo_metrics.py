@@ -12,9 +12,9 @@ from deltalake import CommitProperties, write_deltalake
 from prometheus_client.parser import text_string_to_metric_families
 from test_metrics import progress
 
-from lakehouse.commit_tags import batch_tag
-from lakehouse.kafka_admin import PartitionOffsets
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.kafka.admin import PartitionOffsets
+from lakehouse.tables.commit_tags import batch_tag
 from service.metrics import StreamMetrics, broker_times
 
 

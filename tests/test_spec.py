@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from lakehouse import catalog
-from lakehouse.settings import Settings, SettingsError, is_credential
-from lakehouse.shape import DEFAULT_SHAPE, bound_exponent
+from lakehouse.config.settings import Settings, SettingsError, is_credential
+from lakehouse.events.shape import DEFAULT_SHAPE, bound_exponent
+from lakehouse.tables import catalog
 from specs.pipeline import SpecError, check_pipelines, load_spec, parse_spec
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from lakehouse.table_reads import bronze_dates, read
+from lakehouse.tables.reads import bronze_dates, read
 from testkit.runs import run_in
 
 SPEC = {
@@ -38,7 +38,7 @@ def clash(tmp_path_factory, kafka_bootstrap):
 
     from assets.pipelines import spec_pipelines
     from assets.resources import LakehouseResource
-    from lakehouse.env import overridden
+    from lakehouse.config.env import overridden
     from orchestration.definitions import definitions_for
     from specs.pipeline import load_spec
     from testkit.generator import GeneratorConfig, end_across_midnight, produce
@@ -96,7 +96,7 @@ def test_formerly_colliding_names_are_classified_counted_corrected_and_proven(cl
 def test_the_changelog_repair_reads_the_same_corrections_with_these_names(clash, spark):
     """The repair path (`corrections_in` over the pipeline's gold commits, with their modes)
     finds what the runs logged, on a shape with `has_late` and `mode` dimensions."""
-    from lakehouse.settings import utc
+    from lakehouse.config.settings import utc
     from spark_jobs.corrections.changelog import corrections_in, pipeline_commits
 
     settings = clash.settings

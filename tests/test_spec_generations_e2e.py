@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import free_port
 
-from lakehouse.table_reads import bronze_dates, compare_tables, read
+from lakehouse.tables.reads import bronze_dates, compare_tables, read
 from testkit.reference import VALID_KINDS
 from testkit.runs import run_in
 
@@ -67,8 +67,8 @@ def test_the_order_spec_changes_mid_stream_twice(tmp_path, kafka_bootstrap):
 
     from assets.pipelines import spec_pipelines
     from assets.resources import LakehouseResource
-    from lakehouse.env import overridden
-    from lakehouse.generations import records as registry
+    from lakehouse.config.env import overridden
+    from lakehouse.tables.generations import records as registry
     from orchestration.definitions import definitions_for
     from specs.pipeline import load_spec
     from testkit.generator import GeneratorConfig, end_across_midnight, produce

@@ -3,8 +3,8 @@
 
 from datetime import UTC, date, datetime, timedelta
 
-from lakehouse.catalog import CORRECTIONS_STATE, REPLAY_STATE
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.tables.catalog import CORRECTIONS_STATE, REPLAY_STATE
 from spark_jobs.corrections.state import latest_state
 from spark_jobs.replay import latest_replay, replayed_in_run
 from spark_jobs.tables import ensure_tables

@@ -5,8 +5,8 @@ offsets."""
 import pyarrow as pa
 from deltalake import CommitProperties, write_deltalake
 
-from lakehouse.commit_tags import StreamCommit, newest_stream_commit
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.tables.commit_tags import StreamCommit, newest_stream_commit
 
 
 def test_a_stream_commit_150_commits_back_is_found(tmp_path):

@@ -234,8 +234,8 @@ def iso(offset_s: float) -> str:
 @pytest.fixture(scope="module")
 def lakehouse(spark, tmp_path_factory):
     """One tiny lakehouse for both Spark tests (creating tables is the slow part)."""
-    from lakehouse.catalog import BRONZE, LATE, PROGRESS
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
+    from lakehouse.tables.catalog import BRONZE, LATE, PROGRESS
     from spark_jobs.tables import ensure_tables, read_table
 
     settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path_factory.mktemp("timeline"))})

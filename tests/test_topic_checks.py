@@ -5,9 +5,9 @@ import uuid
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from lakehouse.kafka_admin import admin, ensure_topic
-from lakehouse.settings import Settings
-from lakehouse.topic_checks import TopicMisconfigured, require_log_append_time
+from lakehouse.config.settings import Settings
+from lakehouse.kafka.admin import admin, ensure_topic
+from lakehouse.kafka.topic_checks import TopicMisconfigured, require_log_append_time
 
 
 def test_a_create_time_topic_is_refused_and_a_log_append_time_one_accepted(kafka_bootstrap):

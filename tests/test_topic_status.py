@@ -6,8 +6,8 @@ from datetime import UTC, date, datetime
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from lakehouse.settings import Settings
-from lakehouse.topic_status import processed_offsets
+from lakehouse.config.settings import Settings
+from lakehouse.kafka.topic_status import processed_offsets
 
 
 def progress(settings, day, query, batch, ends):

@@ -8,7 +8,7 @@ exact decimals (Avro's decimal logical type is a Spark decimal, kept exact in th
 time forms. A timestamp-millis field enters the VARIANT as its epoch milliseconds.
 
 A record that does not decode is `invalid_avro`, found by a field the reader schema gets with a
-default (`lakehouse.avro.DECODED_FIELD`): in PERMISSIVE mode Spark turns a record it cannot
+default (`lakehouse.events.avro.DECODED_FIELD`): in PERMISSIVE mode Spark turns a record it cannot
 decode into all-null fields, which the field's null tells from a record whose fields are null.
 Avro binary has no length: bytes left after a record that decodes are not detected.
 """
@@ -19,7 +19,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
-from lakehouse.avro import DECODED_FIELD, AvroInput, branches, kind
+from lakehouse.events.avro import DECODED_FIELD, AvroInput, branches, kind
 
 HEADER_BYTES = 5  # Confluent: magic byte 0, then the schema id (4 bytes, big-endian)
 
@@ -40,7 +40,7 @@ def decode(df: DataFrame, avro: AvroInput, attempt: Column) -> DataFrame:
     if avro.pending:
         raise RuntimeError(f"the writer schemas of registry {avro.registry.url} (subject "
                            f"{avro.registry.subject}) were not fetched: run with "
-                           "lakehouse.schema_registry.with_registry_schemas(settings)")
+                           "lakehouse.events.schema_registry.with_registry_schemas(settings)")
     value = F.col("__raw_value")
     if avro.wire_format == "confluent":
         header_ok, sid_col = _has_header(value), schema_id(value)

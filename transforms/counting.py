@@ -11,7 +11,7 @@ from datetime import date
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
 
 # Order that decides which copy of a duplicated event_id is "first": broker append time, then
 # log position. Deterministic, so corrections and replay pick the same copy.

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.commit_tags import StreamCommit
-from lakehouse.settings import Settings
-from lakehouse.shape import EventShape
+from lakehouse.config.settings import Settings
+from lakehouse.events.shape import EventShape
+from lakehouse.tables.commit_tags import StreamCommit
 from transforms.counting import ARRIVAL_ORDER
 from transforms.windows import window_of
 

@@ -10,7 +10,7 @@ A nested field is read at its path (`EventShape.path_of`).
 
 The classification's working columns are its own: the fixed ones start with `__` (`__text`,
 `__id_type`), a field's are `_<name>_<part>` (`_amount_text`); a spec's column names start with
-a letter (`lakehouse.shape`), so none of them can be a spec's column or another's.
+a letter (`lakehouse.events.shape`), so none of them can be a spec's column or another's.
 
 Every input row leaves in exactly one of the two outputs; a quarantined row carries a reason code
 (`REASONS`), a human-readable detail, and its raw bytes (base64) with partition and offset.
@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.settings import Settings, spark_interval
-from lakehouse.shape import DEFAULT_SHAPE, EventShape, bound_exponent, precision_scale
+from lakehouse.config.settings import Settings, spark_interval
+from lakehouse.events.shape import DEFAULT_SHAPE, EventShape, bound_exponent, precision_scale
 from transforms import avro
 
 

@@ -7,7 +7,7 @@ from datetime import date, datetime, timedelta
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.settings import Settings, from_micros
+from lakehouse.config.settings import Settings, from_micros
 from transforms.counting import events_for_date
 from transforms.windows import aggregate_windows, with_window_bounds
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.settings import Settings, spark_interval
-from lakehouse.shape import EventShape
+from lakehouse.config.settings import Settings, spark_interval
+from lakehouse.events.shape import EventShape
 
 
 def fingerprint(event_id: Column) -> Column:

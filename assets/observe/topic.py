@@ -25,7 +25,7 @@ def topic_metadata(kafka: KafkaResource, pipeline: str = DEFAULT_PIPELINE) -> di
         "records_per_second_last_minute": status.records_per_second,
         "retention_hours": round(status.retention_ms / 3_600_000, 2)
         if status.retention_ms and status.retention_ms > 0 else "unlimited",
-        # Retention must exceed the correction horizon plus a day (lakehouse.topic_checks).
+        # Retention must exceed the correction horizon plus a day (lakehouse.kafka.topic_checks).
         "retention_covers_horizon": status.retention_warning is None,
         **({"retention_warning": status.retention_warning} if status.retention_warning else {}),
         "last_stream_batch_at": status.last_batch_at.isoformat() if status.last_batch_at else None,

@@ -22,9 +22,9 @@ from pyspark.sql import functions as F
 from assets.pipelines import Pipeline
 from assets.reconcile.daily import partition_dates
 from assets.resources import LakehouseResource, SparkResource
-from lakehouse.catalog import LATE, RECONCILED, REPLAY, STREAMING
-from lakehouse.commit_tags import bronze_position
-from lakehouse.kafka_admin import topic_offsets
+from lakehouse.kafka.admin import topic_offsets
+from lakehouse.tables.catalog import LATE, RECONCILED, REPLAY, STREAMING
+from lakehouse.tables.commit_tags import bronze_position
 from spark_jobs.corrections import latest_state
 from spark_jobs.replay import latest_replay, missing_offsets
 from spark_jobs.tables import read_table

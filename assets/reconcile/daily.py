@@ -10,8 +10,8 @@ import dagster as dg
 from assets.pipelines import Pipeline
 from assets.reconcile.log_position import version_for
 from assets.resources import LakehouseResource, LogPositionResource, SparkResource
-from lakehouse.catalog import CORRECTIONS, RECONCILED, REPLAY
-from lakehouse.log_ranges import ReplayIncomplete
+from lakehouse.kafka.log_ranges import ReplayIncomplete
+from lakehouse.tables.catalog import CORRECTIONS, RECONCILED, REPLAY
 from spark_jobs.corrections import run_corrections
 from spark_jobs.replay import replayed_in_run, run_replay
 

@@ -8,9 +8,9 @@ from datetime import date
 from dagster import AssetExecutionContext
 
 from assets.resources import LogPositionResource, SparkResource
-from lakehouse import delta_log
-from lakehouse.catalog import BRONZE
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.tables import delta_log
+from lakehouse.tables.catalog import BRONZE
 from spark_jobs.corrections import gold_bronze_version
 from spark_jobs.tables import ensure_tables
 

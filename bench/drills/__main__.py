@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < scale <= 10:
         parser.error(f"DRILLS_SCALE={scale} must be in (0, 10]")
 
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
 
     bootstrap = Settings.from_env().kafka_bootstrap_servers
     workdir = Path(tempfile.mkdtemp(prefix="lakehouse-drills-"))

@@ -80,7 +80,7 @@ def _probe(home: str, out: str, warm_spark: bool = False) -> int:
     from testkit import runs
 
     if warm_spark:
-        from lakehouse.settings import Settings
+        from lakehouse.config.settings import Settings
         from spark_jobs.session import get_spark
 
         get_spark(Settings.from_env())
@@ -194,7 +194,7 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
                 problems.append(f"{label}: secret found in {leaked}")
     finally:
         broker.down()
-        from lakehouse.kafka_admin import forget_admins
+        from lakehouse.kafka.admin import forget_admins
 
         forget_admins(broker.bootstrap)
     result.wrong = len(problems)

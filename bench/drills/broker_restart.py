@@ -41,7 +41,7 @@ NAME = "broker_restart"
 def run(ctx: Context, result: DrillResult) -> DrillResult:
     import json
 
-    from lakehouse.kafka_admin import ensure_topic, forget_admins
+    from lakehouse.kafka.admin import ensure_topic, forget_admins
     from testkit.generator import GeneratorConfig, generate
 
     rnd = random.Random(ctx.seed + 2)

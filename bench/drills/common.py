@@ -58,7 +58,7 @@ class Context:
     def spark(self):
         """The runner's SparkSession (shared by the Dagster runs, whose resource gets it)."""
         if self._spark is None:
-            from lakehouse.settings import Settings
+            from lakehouse.config.settings import Settings
             from spark_jobs.session import get_spark
 
             self._spark = get_spark(Settings.from_env(
@@ -89,8 +89,8 @@ def free_port() -> int:
 def instance(ctx: Context, name: str, topic: str | None = None, **extra: str):
     """An independent pipeline instance (own LAKEHOUSE_ROOT, own topic unless given) in this
     process's environment, restored afterwards. Yields its Settings."""
-    from lakehouse.env import overridden
-    from lakehouse.settings import Settings
+    from lakehouse.config.env import overridden
+    from lakehouse.config.settings import Settings
 
     env = {
         "KAFKA_BOOTSTRAP_SERVERS": ctx.bootstrap,
@@ -158,7 +158,7 @@ class AckedProducer:
 
 def produce_acked(settings, records, start: int = 0) -> AckedProducer:
     """Produce `records` (topic created if missing) and wait until all are acknowledged."""
-    from lakehouse.kafka_admin import ensure_topic
+    from lakehouse.kafka.admin import ensure_topic
 
     ensure_topic(settings)
     p = AckedProducer(settings)
@@ -174,7 +174,7 @@ def produce_acked(settings, records, start: int = 0) -> AckedProducer:
 # Checks
 # ---------------------------------------------------------------------------------------------
 def table_or_empty(settings, name: str):
-    from lakehouse.table_reads import read
+    from lakehouse.tables.reads import read
 
     try:
         return read(settings, name)
@@ -209,7 +209,7 @@ class Landing:
 def check_landing(settings, expected: set[tuple[int, int]] | None = None) -> Landing:
     """Every offset in [earliest, latest) of each partition (or exactly `expected`, e.g. the
     acknowledged positions) is in bronze or quarantine exactly once."""
-    from lakehouse.kafka_admin import topic_offsets
+    from lakehouse.kafka.admin import topic_offsets
 
     positions: Counter = Counter()
     for name in ("bronze_events", "quarantined_events"):
@@ -231,7 +231,7 @@ def run_job(name: str, dagster_instance, **kw):
 
 
 def bronze_dates(settings) -> list[date]:
-    from lakehouse.table_reads import bronze_dates as dates
+    from lakehouse.tables.reads import bronze_dates as dates
 
     return sorted(dates(settings))
 
@@ -253,7 +253,7 @@ def prove(settings, dagster_instance, records, drill: str, job: str = "reconcile
     """For every event date in bronze: `reconcile_dates` in-process (corrections, replay and
     the blocking check `reconciled_equals_replay`), then gold == replay (`compare_tables`) and
     gold == the plain-Python count of `records` (every date, every window, exact decimals)."""
-    from lakehouse.table_reads import compare_tables, read
+    from lakehouse.tables.reads import compare_tables, read
 
     dates = bronze_dates(settings)
     failed, notes = [], []

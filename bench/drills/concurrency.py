@@ -41,7 +41,7 @@ def commit_spans(settings, run_ids: list[str]) -> dict[str, tuple[int, int]]:
     """For each run, the (first, last) commit time in ms of its tagged commits to the changelog
     and gold. Serialized runs have spans that do not overlap (the second run's work, if it
     found any, e.g. records streamed in meanwhile, starts after the first run's last commit)."""
-    from lakehouse.delta_log import commits
+    from lakehouse.tables.delta_log import commits
 
     times: dict[str, list[int]] = {}
     for name in SERIALIZED_TABLES:
@@ -56,7 +56,7 @@ def commit_spans(settings, run_ids: list[str]) -> dict[str, tuple[int, int]]:
 def run(ctx: Context, result: DrillResult) -> DrillResult:
     from dagster import DagsterInstance
 
-    from lakehouse.table_reads import read
+    from lakehouse.tables.reads import read
     from spark_jobs import stream
     from spark_jobs.corrections import run_corrections
     from testkit.generator import GeneratorConfig, generate

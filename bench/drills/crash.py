@@ -76,7 +76,7 @@ def plan(rnd: random.Random, kills: int = KILLS) -> list[str]:
 def changelog_disagreements(settings) -> list[str]:
     """Where the changelog says more than gold: a revision above gold's, other measures at
     gold's revision, or a window gone from gold whose last revision was not a removal."""
-    from lakehouse.shape import DEFAULT_SHAPE
+    from lakehouse.events.shape import DEFAULT_SHAPE
 
     log = table_or_empty(settings, "late_corrections")
     if log is None or log.num_rows == 0:

@@ -77,8 +77,8 @@ def _positions(settings, table: str) -> Counter:
 
 
 def _versions(settings) -> dict[str, int]:
-    from lakehouse import delta_log
-    from lakehouse.catalog import ALL_TABLES
+    from lakehouse.tables import delta_log
+    from lakehouse.tables.catalog import ALL_TABLES
 
     return {t.name: delta_log.version(settings, t.name) for t in ALL_TABLES}
 
@@ -90,7 +90,7 @@ def _checkpoint_files(folder: Path) -> dict[str, int]:
 def run(ctx: Context, result: DrillResult) -> DrillResult:
     from dagster import DagsterInstance
 
-    from lakehouse.commit_tags import newest_stream_commit, stream_commits
+    from lakehouse.tables.commit_tags import newest_stream_commit, stream_commits
     from spark_jobs import stream
     from testkit.generator import GeneratorConfig, generate
 
@@ -264,7 +264,7 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
         say(NAME, f"late_events duplicated: {late_dup}; revisions logged twice: {twice}")
 
         # ---- (b) the topic deleted and re-created ------------------------------------------
-        from lakehouse.kafka_admin import admin, ensure_topic, topic_id, topic_offsets
+        from lakehouse.kafka.admin import admin, ensure_topic, topic_id, topic_offsets
 
         old_id = topic_id(settings)
         old_ends = {o.partition: o.latest for o in topic_offsets(settings)}

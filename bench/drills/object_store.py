@@ -66,7 +66,7 @@ from bench.drills.common import (
     service_env,
     wait_until,
 )
-from lakehouse.delta_log import Commit, commit_versions, read_commit
+from lakehouse.tables.delta_log import Commit, commit_versions, read_commit
 from testkit import faults
 
 NAME = "object_store"
@@ -141,14 +141,14 @@ def read_log(settings, table: str) -> tuple[list[int], list[Commit]]:
 
 def tag(c: Commit) -> tuple[str, int] | None:
     """The ingest batch (query id, batch id) a commit belongs to, if the ingest made it."""
-    from lakehouse.commit_tags import batch_of
+    from lakehouse.tables.commit_tags import batch_of
 
     return batch_of(c.user_metadata)
 
 
 def s3_in_flight(settings) -> int | None:
     """A batch whose write-ahead `offsets/N` is in the checkpoint (on S3) without `commits/N`."""
-    from lakehouse import storage
+    from lakehouse.config import storage
 
     base = settings.checkpoint_path("ingest")
     started = {int(n) for n in storage.list_names(f"{base}/offsets") if n.isdigit()}
@@ -232,7 +232,7 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
 
 
 def _remove_root(root: str) -> None:
-    from lakehouse import storage
+    from lakehouse.config import storage
 
     filesystem, path = storage.arrow_fs(root)
     try:
@@ -242,9 +242,9 @@ def _remove_root(root: str) -> None:
 
 
 def _drill(ctx: Context, result: DrillResult, settings) -> None:
-    from lakehouse import delta_log
-    from lakehouse.catalog import ALL_TABLES, BRONZE
-    from lakehouse.kafka_admin import ensure_topic
+    from lakehouse.kafka.admin import ensure_topic
+    from lakehouse.tables import delta_log
+    from lakehouse.tables.catalog import ALL_TABLES, BRONZE
     from spark_jobs.maintenance import STREAM_WRITTEN
     from testkit.generator import GeneratorConfig, generate
 
@@ -626,7 +626,7 @@ def _prove_main(records_file: str) -> int:
     from dagster import DagsterInstance
 
     from bench.drills.common import prove, unique_changelog
-    from lakehouse.settings import Settings
+    from lakehouse.config.settings import Settings
 
     settings = Settings.from_env()
     records = pickle.loads(Path(records_file).read_bytes())

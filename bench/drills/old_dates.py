@@ -98,7 +98,7 @@ def _late_records(old, earlier, n_new: int, n_resent: int, rnd: random.Random):
 def run(ctx: Context, result: DrillResult) -> DrillResult:
     from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, build_sensor_context
 
-    from lakehouse.commit_tags import newest_stream_commit
+    from lakehouse.tables.commit_tags import newest_stream_commit
     from orchestration.definitions import defs
     from spark_jobs import stream
     from testkit.generator import GeneratorConfig, generate

@@ -33,7 +33,7 @@ NAME = "retention"
 def _set_retention(settings, retention_ms: int, segment_ms: int | None = None) -> None:
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-    from lakehouse.kafka_admin import admin
+    from lakehouse.kafka.admin import admin
 
     entries = [ConfigEntry("retention.ms", str(retention_ms),
                            incremental_operation=AlterConfigOpType.SET)]
@@ -49,8 +49,8 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
     from dagster import DagsterInstance
 
     from assets.reconcile.checks import prove_dates
-    from lakehouse.kafka_admin import topic_offsets
-    from lakehouse.table_reads import read
+    from lakehouse.kafka.admin import topic_offsets
+    from lakehouse.tables.reads import read
     from testkit.generator import GeneratorConfig, generate
 
     spark = ctx.spark()

@@ -30,9 +30,9 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
     from confluent_kafka import Producer
     from dagster import DagsterInstance
 
-    from lakehouse.env import overridden
-    from lakehouse.kafka_admin import ensure_topic
-    from lakehouse.table_reads import read
+    from lakehouse.config.env import overridden
+    from lakehouse.kafka.admin import ensure_topic
+    from lakehouse.tables.reads import read
     from testkit.generator import GeneratorConfig, generate
 
     ctx.spark()

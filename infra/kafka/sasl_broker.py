@@ -12,7 +12,7 @@ it; what differs:
 
     from sasl_broker import SaslBroker
     b = SaslBroker(dir, port, controller_port, users={"alice": "alice-secret"}); b.up()
-    b.client_env("alice", "alice-secret")  # KAFKA_* variables for lakehouse.settings
+    b.client_env("alice", "alice-secret")  # KAFKA_* variables for lakehouse.config.settings
     b.down()
 """
 
@@ -148,7 +148,7 @@ class SaslBroker(Broker):
                 "sasl.mechanism": MECHANISM, "sasl.username": name, "sasl.password": password}
 
     def client_env(self, name: str, password: str) -> dict[str, str]:
-        """The pipeline's environment variables (lakehouse.settings pass-through) for `name`:
+        """The pipeline's environment variables (lakehouse.config.settings pass-through) for `name`:
         librdkafka's username/password and Spark's (Java client's) JAAS line."""
         return {
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,

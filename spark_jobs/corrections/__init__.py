@@ -31,13 +31,13 @@ from datetime import date
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import delta_log
-from lakehouse.catalog import BRONZE, LATE, RECONCILED, REPLAY
-from lakehouse.commit_tags import stream_watermark
-from lakehouse.correction_result import CorrectionResult
-from lakehouse.generations import require_applied
-from lakehouse.locks import date_lock
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.tables import delta_log
+from lakehouse.tables.catalog import BRONZE, LATE, RECONCILED, REPLAY
+from lakehouse.tables.commit_tags import stream_watermark
+from lakehouse.tables.correction_result import CorrectionResult
+from lakehouse.tables.generations import require_applied
+from lakehouse.tables.locks import date_lock
 from spark_jobs.corrections.changelog import repair
 from spark_jobs.corrections.publish import publish
 from spark_jobs.corrections.scope import incremental_scope

@@ -18,10 +18,10 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import delta_log
-from lakehouse.catalog import CORRECTIONS, LATE, RECONCILED
-from lakehouse.commit_tags import PIPELINE_TAG
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.tables import delta_log
+from lakehouse.tables.catalog import CORRECTIONS, LATE, RECONCILED
+from lakehouse.tables.commit_tags import PIPELINE_TAG
 from spark_jobs.tables import read_changes, read_table
 
 

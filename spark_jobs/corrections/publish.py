@@ -11,11 +11,11 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import delta_log
-from lakehouse.catalog import CORRECTIONS, RECONCILED
-from lakehouse.commit_tags import stream_watermark
-from lakehouse.correction_result import CorrectionResult
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.tables import delta_log
+from lakehouse.tables.catalog import CORRECTIONS, RECONCILED
+from lakehouse.tables.commit_tags import stream_watermark
+from lakehouse.tables.correction_result import CorrectionResult
 from spark_jobs.corrections.changelog import log_published
 from spark_jobs.tables import read_table
 

@@ -8,9 +8,9 @@ from datetime import date
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.catalog import BRONZE, RECONCILED
-from lakehouse.correction_result import CorrectionResult
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.tables.catalog import BRONZE, RECONCILED
+from lakehouse.tables.correction_result import CorrectionResult
 from spark_jobs.tables import read_changes, read_table
 from transforms.windows import with_window_bounds
 

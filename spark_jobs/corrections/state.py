@@ -8,11 +8,11 @@ from datetime import UTC, date, datetime
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import delta_log
-from lakehouse.catalog import CORRECTIONS_STATE, RECONCILED
-from lakehouse.commit_tags import PIPELINE_TAG
-from lakehouse.settings import Settings
-from lakehouse.state_rows import append_row, latest_row
+from lakehouse.config.settings import Settings
+from lakehouse.tables import delta_log
+from lakehouse.tables.catalog import CORRECTIONS_STATE, RECONCILED
+from lakehouse.tables.commit_tags import PIPELINE_TAG
+from lakehouse.tables.state_rows import append_row, latest_row
 from spark_jobs.tables import read_changes, read_table
 
 

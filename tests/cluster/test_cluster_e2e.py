@@ -28,10 +28,10 @@ import pytest
 from conftest import REPO, run_job
 from reference import Expected
 
-from lakehouse import storage
-from lakehouse.kafka_admin import admin, topic_offsets
-from lakehouse.settings import Settings
-from lakehouse.table_reads import compare_tables, read
+from lakehouse.config import storage
+from lakehouse.config.settings import Settings
+from lakehouse.kafka.admin import admin, topic_offsets
+from lakehouse.tables.reads import compare_tables, read
 from testkit.generator import GeneratorConfig, generate, produce
 
 RUN_TIMEOUT_S = 900

@@ -27,9 +27,10 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
-from lakehouse import delta_log, storage
-from lakehouse.settings import Settings
-from lakehouse.shape import EventShape
+from lakehouse.config import storage
+from lakehouse.config.settings import Settings
+from lakehouse.events.shape import EventShape
+from lakehouse.tables import delta_log
 
 REGISTRY = "spec_generations"
 # Bronze is created with the spec it holds (no commit of its own; the registry has rows only

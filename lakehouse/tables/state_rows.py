@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakehouse import delta_log
-from lakehouse.settings import Settings
-from lakehouse.table_reads import read
+from lakehouse.config.settings import Settings
+from lakehouse.tables import delta_log
+from lakehouse.tables.reads import read
 
 
 def latest_row(settings: Settings, name: str, d: date, order_by: tuple[str, ...],

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
-from lakehouse.storage import local_path
+from lakehouse.config.storage import local_path
 
 
 class CheckpointBusy(RuntimeError):

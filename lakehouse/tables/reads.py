@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, QueryBuilder
 
-from lakehouse.settings import Settings
-from lakehouse.table_stats import add_actions
+from lakehouse.config.settings import Settings
+from lakehouse.tables.stats import add_actions
 
 
 def read(settings: Settings, name: str, event_date: date | None = None):

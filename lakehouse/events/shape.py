@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from lakehouse.avro import AvroInput, check_fields
+from lakehouse.events.avro import AvroInput, check_fields
 
 IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
@@ -157,7 +157,7 @@ class EventShape(BaseModel):
     event_time: EventTime = EventTime()
     dimensions: tuple[Dimension, ...] = (Dimension(name="key"),)
     measures: tuple[Measure, ...] = (Measure(field="value"),)
-    # The record value's encoding: one JSON object (the contract's), or Avro (`lakehouse.avro`).
+    # The record value's encoding: one JSON object (the contract's), or Avro (`lakehouse.events.avro`).
     format: Literal["json", "avro"] = "json"
     avro: AvroInput | None = None
     # Nested fields: a field's name -> its path in the event (`customer_address_country` ->

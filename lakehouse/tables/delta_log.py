@@ -6,7 +6,7 @@
 - As commit files (`commit_versions`, `read_commit`, `LogFollower`): the actions of one commit
   (`add`, `remove`, `txn`, `commitInfo`), which delta-rs does not expose per commit; the
   service's metrics follow the appends this way, and the drills check the log's versions.
-  Read through `lakehouse.storage`, so local roots and object stores work alike.
+  Read through `lakehouse.config.storage`, so local roots and object stores work alike.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from urllib.parse import unquote
 
 from deltalake import DeltaTable
 
-from lakehouse import storage
-from lakehouse.settings import Settings
+from lakehouse.config import storage
+from lakehouse.config.settings import Settings
 
 
 def open_table(settings: Settings, name: str, without_files: bool = False) -> DeltaTable | None:

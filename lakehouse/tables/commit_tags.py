@@ -9,9 +9,9 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from lakehouse import delta_log
-from lakehouse.catalog import BRONZE
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.tables import delta_log
+from lakehouse.tables.catalog import BRONZE
 
 # Commits the pipeline makes to the gold tables carry this tag in their userMetadata; any other
 # commit touching a date is a change from outside (a manual fix, a bad job) and makes the next

@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lakehouse.shape import DEFAULT_SHAPE, EventShape
+from lakehouse.events.shape import DEFAULT_SHAPE, EventShape
 
 # The ingest query's name: its checkpoint is `$LAKEHOUSE_ROOT/_checkpoints/<name>`.
 INGEST_QUERY = "ingest"
 
-# The tables' columns come from a pipeline's event shape (lakehouse.shape): its window key
+# The tables' columns come from a pipeline's event shape (lakehouse.events.shape): its window key
 # (`shape.window_id`: one row per window and dimension values in every aggregate table) and
 # measure columns. The default shape's are the contract's: `key` the one dimension, `value`
 # decimal(38,6) with its sum, min and max.

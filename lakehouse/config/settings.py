@@ -37,8 +37,8 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
-from lakehouse import storage
-from lakehouse.shape import DEFAULT_SHAPE, EventShape
+from lakehouse.config import storage
+from lakehouse.events.shape import DEFAULT_SHAPE, EventShape
 
 _UNITS = {
     "millisecond": 0.001, "ms": 0.001,
@@ -244,7 +244,7 @@ class Settings(BaseSettings):
     kafka_bootstrap_servers: Annotated[str, AfterValidator(_servers)] = _env(
         "KAFKA_BOOTSTRAP_SERVERS", "localhost:9092")
     events_topic: Annotated[str, AfterValidator(_topic)] = _env("EVENTS_TOPIC", "events")
-    # A local path or a URI (file://, s3a://bucket/prefix, abfss://, gs://): lakehouse.storage.
+    # A local path or a URI (file://, s3a://bucket/prefix, abfss://, gs://): lakehouse.config.storage.
     lakehouse_root: str = _env("LAKEHOUSE_ROOT", "./.lakehouse")
     window_size: WindowSize = _env(
         "WINDOW_SIZE", timedelta(minutes=1))
@@ -279,7 +279,7 @@ class Settings(BaseSettings):
     # Pass-through families (`_PassThrough`); secret: SASL password, JAAS line, keys.
     spark_conf_extra: dict[str, SecretStr] = Field(default_factory=dict)
     kafka_options: dict[str, SecretStr] = Field(default_factory=dict)
-    # PostgreSQL URL of the writer locks on an object-store root (lakehouse.locks).
+    # PostgreSQL URL of the writer locks on an object-store root (lakehouse.tables.locks).
     lock_url: SecretStr | None = _env("LAKEHOUSE_LOCK_URL")
     # Operations (Dagster schedules and freshness checks; cron in UTC).
     catch_up_cron: Cron = _env("CATCH_UP_CRON", "*/5 * * * *")
@@ -304,7 +304,7 @@ class Settings(BaseSettings):
     pipeline: str = Field("default", validation_alias=AliasChoices("_pipeline"))
     shape: EventShape = Field(DEFAULT_SHAPE, validation_alias=AliasChoices("_shape"))
     # Set while a new generation of the pipeline's tables is built under another spec version
-    # (`lakehouse.generations`): the pipeline's own folder; `lakehouse_root` is then
+    # (`lakehouse.tables.generations`): the pipeline's own folder; `lakehouse_root` is then
     # `<home>/_generations/<spec version>`, where that generation's tables, checkpoints and
     # locks live until it is switched in.
     home: str | None = Field(None, validation_alias=AliasChoices("_home"))

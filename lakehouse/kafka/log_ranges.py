@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
-from lakehouse.commit_tags import LogPosition
-from lakehouse.kafka_admin import PartitionOffsets, offsets_for_time, topic_offsets
-from lakehouse.settings import Settings, day_bounds
+from lakehouse.config.settings import Settings, day_bounds
+from lakehouse.kafka.admin import PartitionOffsets, offsets_for_time, topic_offsets
+from lakehouse.tables.commit_tags import LogPosition
 
 
 class ReplayIncomplete(RuntimeError):

@@ -11,10 +11,10 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
-from lakehouse.delta_log import open_table
-from lakehouse.kafka_admin import admin, consumer_lag, offsets_for_time, topic_offsets
-from lakehouse.settings import Settings
-from lakehouse.topic_checks import retention_shortfall
+from lakehouse.config.settings import Settings
+from lakehouse.kafka.admin import admin, consumer_lag, offsets_for_time, topic_offsets
+from lakehouse.kafka.topic_checks import retention_shortfall
+from lakehouse.tables.delta_log import open_table
 
 RATE_WINDOW = timedelta(minutes=1)
 

@@ -10,8 +10,8 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakehouse.delta_log import open_table
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
+from lakehouse.tables.delta_log import open_table
 
 
 @dataclass(frozen=True)

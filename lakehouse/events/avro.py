@@ -14,7 +14,7 @@ is read as the reader schema (Avro's schema resolution): a field the writer lack
 reader's default, so versions that add defaulted fields decode into one shape.
 
 Or the writer schemas come from a Kafka schema registry (Confluent-compatible API), fetched when
-a run starts (`lakehouse.schema_registry`), instead of `schemas`:
+a run starts (`lakehouse.events.schema_registry`), instead of `schemas`:
 
     avro:
       wire_format: confluent
@@ -198,7 +198,7 @@ class AvroInput(BaseModel):
     schemas: dict[int, AvroSchema] = Field(default_factory=dict)
     reader: int | None = None
     # Writer schemas from a registry: `schemas` is empty in the spec and holds the registry's
-    # once a run fetched them (`lakehouse.schema_registry.with_registry_schemas`).
+    # once a run fetched them (`lakehouse.events.schema_registry.with_registry_schemas`).
     registry: Registry | None = None
 
     @model_validator(mode="before")

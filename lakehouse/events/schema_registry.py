@@ -1,5 +1,5 @@
 """Writer schemas from a Kafka schema registry (its Confluent-compatible REST API), for an Avro
-spec with `avro.registry` (`lakehouse.avro.Registry`). Plain Python (urllib): no Spark.
+spec with `avro.registry` (`lakehouse.events.avro.Registry`). Plain Python (urllib): no Spark.
 
 When a run starts (the stream's query, a replay) `with_registry_schemas` fetches every version
 of the subject (`GET {url}/subjects/{subject}/versions`, then `.../versions/{v}`: its id and
@@ -27,9 +27,9 @@ from urllib.parse import quote
 
 from pydantic import ValidationError
 
-from lakehouse.avro import AvroInput, AvroSchema, Registry, record_problem
-from lakehouse.settings import Settings
-from lakehouse.shape import EventShape
+from lakehouse.config.settings import Settings
+from lakehouse.events.avro import AvroInput, AvroSchema, Registry, record_problem
+from lakehouse.events.shape import EventShape
 
 TIMEOUT_S = 10.0
 ACCEPT = "application/vnd.schemaregistry.v1+json, application/json"

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from lakehouse.settings import Settings
+from lakehouse.config.settings import Settings
 
 REQUIRED_TIMESTAMP_TYPE = "LogAppendTime"
 DEFAULT_RETENTION = timedelta(days=14)
@@ -56,7 +56,7 @@ class TopicMisconfigured(RuntimeError):
 
 def require_log_append_time(settings: Settings, topic: str | None = None,
                             timeout: float = 30.0) -> None:
-    from lakehouse.kafka_admin import admin
+    from lakehouse.kafka.admin import admin
 
     topic = topic or settings.events_topic
     resource = ConfigResource(ResourceType.TOPIC, topic)

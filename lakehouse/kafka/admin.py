@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from lakehouse.settings import Settings
-from lakehouse.topic_checks import created_retention, require_log_append_time
+from lakehouse.config.settings import Settings
+from lakehouse.kafka.topic_checks import created_retention, require_log_append_time
 
 TOPIC_CONFIG = {
     # The broker stamps each record with its append time: monotonic per partition, so a replay
