@@ -147,7 +147,7 @@ class SparkResource(LazyPySparkResource):
         if self._session is None:
             from spark_jobs.session import get_spark
 
-            self._session = get_spark(self.lakehouse.config.settings, extra=self.spark_config,
+            self._session = get_spark(self.lakehouse.settings, extra=self.spark_config,
                                       short_run=_one_run_process())
         return self._session
 

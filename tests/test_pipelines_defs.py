@@ -56,7 +56,7 @@ print(json.dumps({
                "window_s": orders.window_size.total_seconds(),
                "dimensions": list(orders.shape.dimension_names)},
     "app_events_topic": lakehouse.settings_for("app_events").events_topic,
-    "default_root": lakehouse.config.settings.root,
+    "default_root": lakehouse.settings.root,
     "spark_started": SparkContext._active_spark_context is not None
                      or SparkSession.getActiveSession() is not None,
     "children": children,
