@@ -5,7 +5,6 @@ switch of a rebuilt generation into the pipeline's folder."""
 from __future__ import annotations
 
 import json
-import shutil
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -25,6 +24,7 @@ from lakehouse.tables.generations import (
     RETIRED,
     SWITCHING,
     active,
+    building_dir,
     change_between,
     home,
     latest_by_version,
@@ -36,21 +36,21 @@ from spark_jobs.replay import missing_offsets
 
 REGISTRY_DDL = """spec_version STRING NOT NULL, status STRING NOT NULL, spec STRING NOT NULL,
     location STRING NOT NULL, note STRING, not_rebuildable STRING, run_id STRING,
-    recorded_at TIMESTAMP NOT NULL, seq BIGINT NOT NULL"""
+    replaces STRING, recorded_at TIMESTAMP NOT NULL, seq BIGINT NOT NULL"""
 # What a generation is made of, besides its tables: moved with them by a switch.
 GENERATION_DIRS = ("_checkpoints", "reports")
 
 
 def record(spark: SparkSession, settings: Settings, status: str, note: str | None = None,
            not_rebuildable: dict | None = None, run_id: str | None = None,
-           version: Settings | None = None) -> None:
-    """Append a row for the spec version of `version` (default: `settings`) to the registry."""
-    of = version or settings
+           replaces: str | None = None) -> None:
+    """Append a row for the spec version of `settings` to the registry."""
     folder = home(settings)
-    location = "." if of.home is None else f"{GENERATIONS_DIR}/{of.results_version}"
-    _append(spark, folder, (of.results_version, status,
-                            json.dumps(of.results_inputs, sort_keys=True), location, note,
-                            json.dumps(not_rebuildable) if not_rebuildable else None, run_id))
+    location = "." if settings.home is None else f"{GENERATIONS_DIR}/{settings.results_version}"
+    _append(spark, folder, (settings.results_version, status,
+                            json.dumps(settings.results_inputs, sort_keys=True), location, note,
+                            json.dumps(not_rebuildable) if not_rebuildable else None, run_id,
+                            replaces))
 
 
 def _append(spark: SparkSession, folder: Settings, row: tuple) -> None:
@@ -165,53 +165,70 @@ def switch(spark: SparkSession, settings: Settings, run_id: str | None = None,
     """Switch the building generation of `settings` in: once every date is proven in it (or, with
     `accept_not_rebuildable`, reported as not rebuildable), under both generations' stream locks,
     the folder's tables, checkpoints and reports move to `_generations/<old version>` and the
-    new generation's into the folder; the registry records the switch before (`switching`: a
-    crash is finished by the next switch) and after. Local roots only: an object store has no
-    rename."""
-    if settings.home is None:
+    new generation's into the folder. The registry records the switch (`switching`) and the old
+    generation's retirement before the moves and the new one `active` after: a switch that died
+    between is finished by the next one (each move is done once). Local roots only: an object
+    store has no rename."""
+    folder = home(settings)
+    current = active(folder)
+    if settings.home is None and not (current is not None and current["status"] == SWITCHING
+                                      and current["spec_version"] == settings.results_version):
         raise SwitchRefused(f"pipeline {settings.pipeline!r}: no generation is being built "
                             f"(the folder holds spec version {settings.results_version})",
                             SwitchReport(settings.results_version, settings.results_version))
-    folder = home(settings)
-    report = verdicts(spark, settings)
-    if report.unproven or (report.not_rebuildable and not accept_not_rebuildable):
-        raise SwitchRefused(
-            f"pipeline {settings.pipeline!r}: spec version {report.new_version} is not switched "
-            f"in: {len(report.unproven)} dates not proven ({_listed(report.unproven)}), "
-            f"{len(report.not_rebuildable)} not rebuildable from the log "
-            f"({_listed(report.not_rebuildable)}"
-            + ("; accept them with accept_not_rebuildable" if report.not_rebuildable else "")
-            + ")", report)
-    root, building = local_path(folder.root), local_path(settings.root)
+    building_settings = settings.model_copy(update={
+        "lakehouse_root": building_dir(settings, settings.results_version),
+        "home": folder.root})
+    if settings.home is None:  # finishing a switch that died: it was proven before it began
+        report = SwitchReport(current["replaces"], settings.results_version,
+                              not_rebuildable=json.loads(current["not_rebuildable"] or "{}"))
+    else:
+        report = verdicts(spark, settings)
+        if report.unproven or (report.not_rebuildable and not accept_not_rebuildable):
+            raise SwitchRefused(
+                f"pipeline {settings.pipeline!r}: spec version {report.new_version} is not "
+                f"switched in: {len(report.unproven)} dates not proven "
+                f"({_listed(report.unproven)}), {len(report.not_rebuildable)} not rebuildable "
+                f"from the log ({_listed(report.not_rebuildable)}"
+                + ("; accept them with accept_not_rebuildable" if report.not_rebuildable else "")
+                + ")", report)
+    root, building = local_path(folder.root), local_path(building_settings.root)
     if root is None or building is None:
         raise SwitchRefused("a generation switch renames folders: local roots only (on an "
                             "object store, point the spec's `tables` at a new folder)", report)
+    old = report.old_version
     with ExitStack() as locks:
         locks.enter_context(checkpoint_lock(folder))
-        locks.enter_context(checkpoint_lock(settings))
-        current = active(folder)  # read before the switch records itself
-        record(spark, settings, SWITCHING, note=f"from {report.old_version}", run_id=run_id,
-               not_rebuildable=report.not_rebuildable or None)
-        retired = root / GENERATIONS_DIR / (report.old_version or "unversioned")
-        names = [t.name for t in ALL_TABLES] + list(GENERATION_DIRS)
-        for name in names:  # the old generation out, then the new one in
-            if (root / name).exists():
-                retired.mkdir(parents=True, exist_ok=True)
-                shutil.rmtree(retired / name, ignore_errors=True)
-                (root / name).rename(retired / name)
-        for name in names:
-            if (building / name).exists():
-                (building / name).rename(root / name)
-        old = report.old_version
-        if current is not None:
-            _append(spark, folder, (old, RETIRED, current["spec"], f"{GENERATIONS_DIR}/{old}",
-                                    f"switched out for {report.new_version}", None, run_id))
+        locks.enter_context(checkpoint_lock(building_settings))
+        if settings.home is not None:
+            current = active(folder)  # read again under the locks, before the switch records
+            record(spark, settings, SWITCHING, note=f"from {old}", run_id=run_id,
+                   not_rebuildable=report.not_rebuildable or None, replaces=old)
+            if current is not None:
+                _append(spark, folder, (old, RETIRED, current["spec"],
+                                        f"{GENERATIONS_DIR}/{old}",
+                                        f"switched out for {report.new_version}", None, run_id,
+                                        None))
+        _trade_places(root, building, root / GENERATIONS_DIR / (old or "unversioned"))
         # `folder` holds the new spec (it is `settings` in the pipeline's folder).
         record(spark, folder, ACTIVE, note=f"switched in from {GENERATIONS_DIR}/"
                f"{report.new_version}, replacing {old}", run_id=run_id,
-               not_rebuildable=report.not_rebuildable or None)
+               not_rebuildable=report.not_rebuildable or None, replaces=old)
     report.switched = True
     return report
+
+
+def _trade_places(root, building, retired) -> None:
+    """The old generation out of the folder, then the new one in; each move once (what a
+    switch that died had moved stays where it went)."""
+    names = [t.name for t in ALL_TABLES] + list(GENERATION_DIRS)
+    for name in names:
+        if (root / name).exists() and not (retired / name).exists():
+            retired.mkdir(parents=True, exist_ok=True)
+            (root / name).rename(retired / name)
+    for name in names:
+        if (building / name).exists() and not (root / name).exists():
+            (building / name).rename(root / name)
 
 
 def _listed(dates: dict[str, str]) -> str:

@@ -158,11 +158,11 @@ def test_an_in_place_edit_is_applied_by_the_next_stream_start(tmp_path, kafka_bo
 
 
 def test_a_date_beyond_the_retained_log_is_reported_not_rebuildable(tmp_path, kafka_bootstrap,
-                                                                     spark):
+                                                                     spark, monkeypatch):
     from confluent_kafka import TopicPartition
 
     from lakehouse.kafka.admin import admin, topic_offsets
-    from lakehouse.tables.generations import records, resolve
+    from lakehouse.tables.generations import SpecChangePending, records, resolve
     from spark_jobs.generations import SwitchRefused, switch, verdicts
     from spark_jobs.stream import catch_up
     from testkit.generator import end_across_midnight, produce
@@ -206,7 +206,23 @@ def test_a_date_beyond_the_retained_log_is_reported_not_rebuildable(tmp_path, ka
     assert table_windows_for_spec(v1_spec, read(v1, "reconciled_aggregates")) == \
         expected_windows_for_spec(v1_spec, records_)
     assert all(compare_tables(v1, d) == 0 for d in (first, last))
-    done = switch(spark, v2, accept_not_rebuildable=True)
+    # A switch that dies between its moves: writers refuse until the next switch finishes it.
+    import spark_jobs.generations as generations
+
+    def dies_after_one_move(root, building, retired):
+        retired.mkdir(parents=True)
+        (root / "reconciled_aggregates").rename(retired / "reconciled_aggregates")
+        raise OSError("killed mid-switch")
+
+    monkeypatch.setattr(generations, "_trade_places", dies_after_one_move)
+    with pytest.raises(OSError, match="killed mid-switch"):
+        switch(spark, v2, accept_not_rebuildable=True)
+    monkeypatch.undo()
+    midway = resolve(edited)
+    assert midway.home is None  # the registry says switching: the folder is where it goes
+    with pytest.raises(SpecChangePending, match="did not finish"):
+        run_replay(spark, midway, last)
+    done = switch(spark, midway)
     assert done.switched and done.not_rebuildable == report.not_rebuildable
     row = records(v1)[-1]
     assert (row["spec_version"], row["status"]) == (v2.results_version, "active")

@@ -172,7 +172,13 @@ def pending_change(settings: Settings) -> SpecChange | None:
 
 
 def require_applied(settings: Settings) -> None:
-    """Refuse to write tables that hold another spec version (`SpecChangePending`)."""
+    """Refuse to write tables that hold another spec version, or that a switch is moving
+    (`SpecChangePending`)."""
+    current = active(home(settings))
+    if current is not None and current["status"] == SWITCHING:
+        raise SpecChangePending(
+            f"pipeline {settings.pipeline!r}: the switch to spec version "
+            f"{current['spec_version']} did not finish: run switch_generation to finish it")
     change = pending_change(settings)
     if change is not None:
         raise SpecChangePending(
