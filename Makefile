@@ -171,7 +171,7 @@ test-cluster: setup
 # The local stack's tests of several minutes each (marked `long`: the three-pipeline service,
 # its crash and every date proven after it); run by test-cluster.
 test-long: setup kafka-up
-	$(PY) -m pytest -o addopts=-ra -p no:randomly -m long --ignore=tests/cluster --ignore=tests/alerts tests $(PYTEST_ARGS)
+	$(PY) -m pytest -o addopts=-ra -p no:randomly -m long --ignore=tests/cluster --ignore=tests/alerts -n $(TEST_WORKERS) --dist loadgroup tests $(PYTEST_ARGS)
 
 # Alerts end to end on the local stack (tests/alerts: the real service, Prometheus, Alertmanager
 # and a webhook; a minute or two, so not in `make test`); run by test-cluster.

@@ -21,6 +21,7 @@ from lakehouse.tables.generations import (
     BUILDING,
     GENERATIONS_DIR,
     REGISTRY,
+    REGISTRY_DDL,
     RETIRED,
     SWITCHING,
     active,
@@ -34,9 +35,6 @@ from lakehouse.tables.locks import checkpoint_lock
 from lakehouse.tables.reads import bronze_dates, compare_tables, read
 from spark_jobs.replay import missing_offsets
 
-REGISTRY_DDL = """spec_version STRING NOT NULL, status STRING NOT NULL, spec STRING NOT NULL,
-    location STRING NOT NULL, note STRING, not_rebuildable STRING, run_id STRING,
-    replaces STRING, recorded_at TIMESTAMP NOT NULL, seq BIGINT NOT NULL"""
 # What a generation is made of, besides its tables: moved with them by a switch.
 GENERATION_DIRS = ("_checkpoints", "reports")
 

@@ -84,6 +84,7 @@ def _rebuild_dates(spark, settings) -> None:
         run_corrections(spark, settings, d, run_id="test", reprocess=True)
 
 
+@pytest.mark.long
 def test_an_in_place_edit_is_applied_by_the_next_stream_start(tmp_path, kafka_bootstrap, spark):
     from lakehouse.tables.generations import SpecChangePending, records, resolve
     from spark_jobs.corrections import run_corrections

@@ -104,7 +104,7 @@ def registry_orders(tmp_path_factory, kafka_bootstrap, spark, schema_registry):
                           differing=differing, log=out.getvalue())
 
 
-@pytest.mark.slow  # the module's fixture: about a minute
+@pytest.mark.long  # the module's fixture: one to two and a half minutes (make test-long)
 def test_every_record_of_a_registered_id_is_decoded_and_gold_is_the_reference(registry_orders):
     from testkit.reference import VALID_KINDS
     from testkit.spec_events import expected_windows_for_spec, rows_for_spec, table_windows_for_spec
@@ -125,7 +125,7 @@ def test_every_record_of_a_registered_id_is_decoded_and_gold_is_the_reference(re
     assert all(written[i] for i in r.ids), written
 
 
-@pytest.mark.slow  # the module's fixture: about a minute
+@pytest.mark.long  # the module's fixture: one to two and a half minutes (make test-long)
 def test_only_never_registered_ids_are_quarantined_as_unknown(registry_orders):
     from testkit.reference import VALID_KINDS
 

@@ -33,6 +33,9 @@ from lakehouse.events.shape import EventShape
 from lakehouse.tables import delta_log
 
 REGISTRY = "spec_generations"
+REGISTRY_DDL = """spec_version STRING NOT NULL, status STRING NOT NULL, spec STRING NOT NULL,
+    location STRING NOT NULL, note STRING, not_rebuildable STRING, run_id STRING,
+    replaces STRING, recorded_at TIMESTAMP NOT NULL, seq BIGINT NOT NULL"""
 # Bronze is created with the spec it holds (no commit of its own; the registry has rows only
 # once the spec changes).
 SPEC_PROPERTY, VERSION_PROPERTY = "lakehouse.spec", "lakehouse.specVersion"
