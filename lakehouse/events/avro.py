@@ -279,7 +279,11 @@ class AvroInput(BaseModel):
 
     @property
     def reader_id(self) -> int:
-        return self.reader if self.reader is not None else max(self.schemas)
+        """`reader`; by default the highest id of the spec's files, or a registry subject's
+        latest version (its ids are the registry's, shared by subjects: not in version order)."""
+        if self.reader is not None:
+            return self.reader
+        return list(self.schemas)[-1] if self.registry is not None else max(self.schemas)
 
     @property
     def reader_schema(self) -> AvroSchema:

@@ -110,14 +110,15 @@ def _schema(registry: Registry, doc: Any, what: str) -> tuple[int, AvroSchema]:
 
 
 def fetch(registry: Registry, env: Mapping[str, str] | None = None) -> dict[int, AvroSchema]:
-    """Every version of the subject, by schema id."""
+    """Every version of the subject, by schema id, oldest version first (ids are the registry's,
+    shared by its subjects: a newer version may have a lower id)."""
     auth = _auth(registry, os.environ if env is None else env)
     versions = _get(registry, f"/subjects/{quote(registry.subject, safe='')}/versions", auth)
     if not versions:
         raise RegistryError(f"schema registry {registry.url}: subject {registry.subject} has no "
                             "schema registered: register the writer schema first")
     out: dict[int, AvroSchema] = {}
-    for v in versions:
+    for v in sorted(versions):
         what = f"subject {registry.subject} version {v}"
         doc = _get(registry, f"/subjects/{quote(registry.subject, safe='')}/versions/{v}", auth)
         if doc is None:
