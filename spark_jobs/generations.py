@@ -14,6 +14,7 @@ from pyspark.sql.types import StructType
 
 from lakehouse.config.settings import Settings
 from lakehouse.config.storage import local_path
+from lakehouse.kafka.admin import topic_offsets
 from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import ALL_TABLES, CORRECTIONS_STATE, REPLAY_STATE
 from lakehouse.tables.generations import (
@@ -140,8 +141,9 @@ def verdicts(spark: SparkSession, settings: Settings) -> SwitchReport:
     report = SwitchReport(current and current["spec_version"], settings.results_version)
     replayed = _dates_of(settings, REPLAY_STATE.name)
     corrected = _dates_of(settings, CORRECTIONS_STATE.name)
+    offsets = topic_offsets(settings)  # one broker round trip for every date
     for d in sorted(bronze_dates(folder) | bronze_dates(settings)):
-        if (gap := missing_offsets(spark, settings, d)) is not None:
+        if (gap := missing_offsets(spark, settings, d, offsets)) is not None:
             report.not_rebuildable[d.isoformat()] = str(gap)
         elif d not in replayed or d not in corrected:
             report.unproven[d.isoformat()] = "not rebuilt yet: reprocess the date"
