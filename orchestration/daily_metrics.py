@@ -23,12 +23,12 @@ from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 
 from dagster import AssetCheckKey, DagsterInstance, DagsterRunStatus, RunsFilter
-from dagster._utils.schedules import cron_string_iterator
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from assets.observe.freshness import deadline
 from assets.pipelines import DEFAULT, Pipeline, spec_pipelines
-from lakehouse.config.settings import Settings, day_bounds
+from lakehouse.config.settings import Settings
 from lakehouse.tables import delta_log
 from lakehouse.tables.reads import bronze_dates, read
 from lakehouse.tables.state_rows import latest_row
@@ -40,13 +40,6 @@ CHECK = "reconciled_equals_replay"
 JOBS = ("stream_catch_up", "correct_dates", "verify_dates", "reconcile_dates", "reprocess_dates",
         "table_maintenance", "report_timeline", "check_freshness")
 HISTORY = 200  # check evaluations read per scrape, newest first
-
-
-def deadline(settings: Settings, d: date) -> datetime:
-    """When date `d`'s gold partition is due: the first RECONCILED_DEADLINE_CRON tick (UTC)
-    after the date ends (the freshness check's rule)."""
-    end = day_bounds(d)[1]
-    return next(cron_string_iterator(end.timestamp(), settings.reconciled_deadline_cron, "UTC"))
 
 
 def watched_dates(settings: Settings, now: datetime) -> list[date]:
