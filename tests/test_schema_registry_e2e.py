@@ -1,11 +1,12 @@
 """An Avro orders pipeline whose writer schemas are registered in a real schema registry
 (Apicurio), end to end on a real broker, Spark and Delta: version 1 registered, its records
-caught up; version 2 registered after that catch-up, records of both caught up again (the run's
-start fetches it); then, while the service's query runs, version 3 registered and records of it
-produced: their batch asks the registry before writing, the query restarts with the new schema,
-and every record is decoded. Only records whose schema id was never registered are quarantined
-as `unknown_schema_id`. Bronze and gold equal the independent reference (fastavro's decoding),
-and the replay of every date (which fetches the schemas at its start) equals gold."""
+caught up; version 2 registered after the next catch-up's start fetched the schemas: its batch
+asks the registry before writing and the catch-up restarts with version 2; then, while the
+service's query runs, version 3 registered and records of it produced: the same question, the
+query restarts with the new schema, and every record is decoded. Only records whose schema id
+was never registered are quarantined as `unknown_schema_id`. Bronze and gold equal the
+independent reference (fastavro's decoding), and the replay of every date (which fetches the
+schemas at its start) equals gold."""
 
 import base64
 import contextlib
@@ -34,6 +35,7 @@ def registry_orders(tmp_path_factory, kafka_bootstrap, spark, schema_registry):
     from lakehouse.config.settings import Settings
     from lakehouse.events.schema_registry import with_registry_schemas
     from service.runner import PipelineStream
+    from spark_jobs import stream as stream_module
     from spark_jobs.corrections import run_corrections
     from spark_jobs.replay import run_replay
     from spark_jobs.stream import run_available_now
@@ -70,9 +72,23 @@ def registry_orders(tmp_path_factory, kafka_bootstrap, spark, schema_registry):
 
     produce(settings, phase((EXAMPLES / "orders_v1.avsc").read_text(), 51, 250))
     run_available_now(spark, settings)
-    # Version 2 registered after the first catch-up: the next run's start fetches it.
+    # Version 2 registered (and its records produced) after the next catch-up's start fetched
+    # the schemas: its batch finds the id registered, the catch-up restarts with it. The race is
+    # set by handing the start what the registry held before version 2 (fetched from it then);
+    # the batch's question and the restart's fetch go to the registry.
+    before_v2 = with_registry_schemas(settings)
     produce(settings, phase((EXAMPLES / "orders_v2.avsc").read_text(), 52, 250))
-    run_available_now(spark, settings)
+    fetched = []
+
+    def fetched_before_v2_first(s):
+        fetched.append(s)
+        return before_v2 if len(fetched) == 1 else with_registry_schemas(s)
+
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
+        mp.setattr(stream_module, "with_registry_schemas", fetched_before_v2_first)
+        run_available_now(spark, settings)
+    catch_up_log = out.getvalue()
     # The service's query runs (it fetched versions 1 and 2); version 3 is registered and its
     # records produced: their batch finds the id registered, the query restarts with it.
     out = io.StringIO()
@@ -101,7 +117,8 @@ def registry_orders(tmp_path_factory, kafka_bootstrap, spark, schema_registry):
         run_replay(spark, settings, d)
         differing[d] = compare_tables(settings, d)
     yield SimpleNamespace(spec=final, settings=settings, records=records, ids=ids,
-                          differing=differing, log=out.getvalue())
+                          differing=differing, log=out.getvalue(), catch_up_log=catch_up_log,
+                          starts=len(fetched))
 
 
 @pytest.mark.long  # the module's fixture: one to two and a half minutes (make test-long)
@@ -111,7 +128,10 @@ def test_every_record_of_a_registered_id_is_decoded_and_gold_is_the_reference(re
 
     r = registry_orders
     assert len(set(r.ids)) == 3
-    # The query restarted with version 3 rather than quarantining its records.
+    # The catch-up restarted with version 2, the service's query with version 3, rather than
+    # quarantining their records.
+    assert "restarting with the registry's new schemas" in r.catch_up_log
+    assert r.starts == 2  # the catch-up's query started twice
     assert "restarting with the registry's new schemas" in r.log
     bronze = read(r.settings, "bronze_events")
     assert bronze.num_rows == len(rows_for_spec(r.spec, r.records))  # every valid record, once
