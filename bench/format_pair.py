@@ -2,7 +2,8 @@
 BENCH_EVENTS (default 300,000) generated events each (`examples/orders.yaml`,
 `examples/orders_avro.yaml`), every job warmed on a small topic, then BENCH_ROUNDS (3) rounds of
 product, naive peer and fair peer (`bench/handwritten.py`: `from_json`, or `from_avro` for the Avro
-topic), each job run on one pipeline then the other. Medians to bench/results/format-pair-<date>.json.
+topic), each job run on one pipeline then the other. Medians to bench/results/format-pair-<date>.json,
+with the product's Spark job seconds by step (Spark's REST API: the UI is on) in its last round.
 
     python -m bench.format_pair      (a broker at KAFKA_BOOTSTRAP_SERVERS; `make kafka-up`)
 """
@@ -16,7 +17,7 @@ import uuid
 from collections import Counter
 from datetime import UTC, datetime
 
-from bench import handwritten, write_result
+from bench import handwritten, spark_ui, write_result
 from bench.ratios import WORK, records, settings_for, timed
 from specs.pipeline import load_spec
 
@@ -31,7 +32,10 @@ def main() -> int:
     n = int(os.environ.get("BENCH_EVENTS", "300000"))
     rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
     specs = {k: load_spec(f"examples/{k}.yaml") for k in ("orders", "orders_avro")}
+    os.environ["SPARK_UI"] = "true"  # the product's steps, from Spark's REST API
     spark = get_spark(settings_for("bench", "base"))
+    ui = spark.sparkContext.uiWebUrl
+    steps = {}
     topics = {}
     for k, spec in specs.items():
         for kind, count in (("warm", 20_000), ("main", n)):
@@ -51,7 +55,10 @@ def main() -> int:
         runs["n"] += 1
         s = settings_for(topic, f"product-{runs['n']}", specs[k])
         ensure_tables(spark, s)
-        return timed(lambda: stream.catch_up(spark, s))
+        before = {j["jobId"] for j in spark_ui.jobs(ui)}
+        seconds = timed(lambda: stream.catch_up(spark, s))
+        steps[k] = spark_ui.by_step([j for j in spark_ui.jobs(ui) if j["jobId"] not in before])
+        return seconds
 
     def peer(job):
         def run(k: str, topic: str) -> float:
@@ -81,6 +88,7 @@ def main() -> int:
                                 for k, m in medians.items()},
         "avro_over_json_product": round(medians["orders_avro"]["product"]
                                         / medians["orders"]["product"], 2),
+        "product_steps_last_round": steps,
     }
     print(result, flush=True)
     write_result("format-pair", result)
