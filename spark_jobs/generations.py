@@ -21,6 +21,7 @@ from lakehouse.tables.generations import (
     ACTIVE,
     BUILDING,
     GENERATIONS_DIR,
+    IN_PLACE,
     REGISTRY,
     REGISTRY_DDL,
     RETIRED,
@@ -85,7 +86,7 @@ def apply_spec(spark: SparkSession, settings: Settings) -> str | None:
         raise RuntimeError(f"pipeline {settings.pipeline!r}: spec version "
                            f"{settings.results_version} needs a rebuild ({change.describe()})")
     added = evolve(spark, settings)
-    record(spark, settings, ACTIVE, note=f"in place from {current['spec_version']}: "
+    record(spark, settings, ACTIVE, note=f"{IN_PLACE} {current['spec_version']}: "
                                          f"{change.describe()}")
     return (f"spec version {current['spec_version']} -> {settings.results_version} in place "
             f"({change.describe()}); columns added: {added or 'none'}")

@@ -1,6 +1,6 @@
 """Spec edits, by kind (`lakehouse.tables.generations`): what each takes; an in-place change applied by
-the stream's next start (refused by other writers before), old rows kept, the dates rebuilt by a
-reprocess; a rebuild built apart from the Kafka log, a date the retained log no longer holds
+the stream's next start (refused by other writers before), old rows kept, a date's next
+corrections run recomputing the whole date; a rebuild built apart from the Kafka log, a date the retained log no longer holds
 reported as not rebuildable and never switched in silently."""
 
 import dataclasses
@@ -63,6 +63,28 @@ def test_what_each_spec_edit_takes(tmp_path):
     got, why = kind(tmp_path, fields={**fields, "quantity": "decimal(10,0)"},
                     measures=[*BASE["measures"], {"field": "quantity", "aggregates": ["sum"]}])
     assert got == "rebuild" and any("bronze never kept quantity" in w for w in why), why
+
+
+def test_gold_predates_only_an_in_place_edit_of_the_spec_it_is_read_under(tmp_path):
+    from lakehouse.tables.generations import ACTIVE, BUILDING, RETIRED, in_place_since
+
+    base = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
+    _, v1 = spec_settings(tmp_path, base)
+    _, v2 = spec_settings(tmp_path, base, window={**BASE["window"], "watermark_delay": "1 minute"})
+    t = [datetime(2026, 11, 27, h, tzinfo=UTC) for h in range(4)]
+
+    def row(settings, status, at, note=None):
+        return {"spec_version": settings.results_version, "status": status, "recorded_at": at,
+                "note": note}
+
+    recorded = [row(v1, ACTIVE, t[0], "assumed: the tables predate spec versions")]
+    assert in_place_since(v1, recorded) is None  # recorded, not edited
+    edited = [*recorded, row(v2, ACTIVE, t[1], "in place from v1: new delay")]
+    assert in_place_since(v2, edited) == t[1]
+    assert in_place_since(v1, edited) is None
+    # Rebuilt apart and switched in: its rows were computed under it.
+    switched = [*recorded, row(v2, BUILDING, t[1]), row(v1, RETIRED, t[2]), row(v2, ACTIVE, t[3])]
+    assert in_place_since(v2, switched) is None
 
 
 def _records(spec, count: int, seed: int, end: datetime, span: timedelta):
@@ -152,7 +174,13 @@ def test_an_in_place_edit_is_applied_by_the_next_stream_start(tmp_path, kafka_bo
     folded = [k for k, n in open_before.items() if fast[k]["event_count"] > n]
     assert folded and all(fast[k]["amount_max"] is None for k in open_before)
     assert all(r["amount_max"] is not None for k, r in fast.items() if k not in keyed)
-    _rebuild_dates(spark, v2)
+    # A date's next corrections run (the hourly schedule's, a late event's), not a reprocess,
+    # recomputes the whole date: its gold was computed before the edit.
+    for d in sorted(bronze_dates(v2)):
+        result = run_corrections(spark, v2, d, run_id="after-edit")
+        assert result.mode == "full" and "took the folder in place" in result.reason, result.reason
+        assert run_corrections(spark, v2, d, run_id="again").mode == "incremental"
+        run_replay(spark, v2, d)
     expected = expected_windows_for_spec(v2_spec, first + second)
     assert table_windows_for_spec(v2_spec, read(v2, "reconciled_aggregates")) == expected
     assert all(compare_tables(v2, d) == 0 for d in bronze_dates(v2))

@@ -40,6 +40,7 @@ REGISTRY_DDL = """spec_version STRING NOT NULL, status STRING NOT NULL, spec STR
 # once the spec changes).
 SPEC_PROPERTY, VERSION_PROPERTY = "lakehouse.spec", "lakehouse.specVersion"
 ACTIVE, BUILDING, SWITCHING, RETIRED = "active", "building", "switching", "retired"
+IN_PLACE = "in place from"  # how the note of an in-place edit's row starts
 # What a generation's folder holds (moved whole by a switch): every table, the checkpoints and
 # the reports. Locks stay where they are (the switch holds them).
 GENERATIONS_DIR = "_generations"
@@ -146,6 +147,18 @@ def active(settings: Settings, rows: list[dict] | None = None) -> dict | None:
         return None
     version = bronze.metadata().configuration.get(VERSION_PROPERTY)
     return {"spec_version": version, "spec": spec, "status": ACTIVE, "location": "."}
+
+
+def in_place_since(settings: Settings, rows: list[dict] | None = None):
+    """When the spec version these settings write took the pipeline's folder by an in-place
+    edit (the row `apply_spec` recorded): gold rows computed before then lack its new columns.
+    None when the folder's tables were created or rebuilt under it."""
+    if settings.home is not None:
+        return None
+    rows = records(settings) if rows is None else rows
+    return next((r["recorded_at"] for r in rows
+                 if r["spec_version"] == settings.results_version and r["status"] == ACTIVE
+                 and (r["note"] or "").startswith(IN_PLACE)), None)
 
 
 def resolve(settings: Settings) -> Settings:

@@ -12,6 +12,7 @@ from lakehouse.config.settings import Settings
 from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import CORRECTIONS_STATE, RECONCILED
 from lakehouse.tables.commit_tags import PIPELINE_TAG
+from lakehouse.tables.generations import in_place_since
 from lakehouse.tables.state_rows import append_row, latest_row
 from spark_jobs.tables import read_changes, read_table
 
@@ -70,6 +71,11 @@ def plan(spark: SparkSession, settings: Settings, d: date, state, gold_version: 
     """`incremental` or `full`, with the reason."""
     if state is None:
         return "full", "first run for the date"
+    since = in_place_since(settings)
+    if since is not None and state.updated_at < since:
+        return "full", (f"gold was computed before spec version {settings.results_version} "
+                        f"took the folder in place ({since:%Y-%m-%d %H:%M:%S} UTC): every "
+                        "window gains the new columns")
     if state.bronze_version > bronze_version:  # asked for an older input than gold's
         return "full", (f"gold was computed from bronze version {state.bronze_version}, newer "
                         f"than this run's version {bronze_version}")
