@@ -34,7 +34,7 @@ import sys
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -270,6 +270,17 @@ def _already_appended(settings: Settings, table: str, query: str, batch_id: int)
                for c in delta_log.commits(settings, table, 16))
 
 
+def _quarantined_by(spark: SparkSession, settings: Settings, batch_id: int, first_day: date,
+                    last_day: date) -> DataFrame:
+    """(partition, offset) of the records batch `batch_id` quarantined, read from the
+    quarantine's partitions (dates of the Kafka timestamps) its records fall in."""
+    return (read_table(spark, settings, QUARANTINE)
+            .where(F.col("quarantine_date").between(first_day, last_day)
+                   & (F.col("topic") == settings.events_topic)
+                   & (F.col("bronze_batch_id") == batch_id))
+            .select("partition", "offset"))
+
+
 def _append(df: DataFrame, settings: Settings, table: str, user_metadata: str) -> None:
     (df.write.format("delta").mode("append").option("userMetadata", user_metadata)
      .save(settings.table_path(table)))
@@ -397,6 +408,9 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 F.count(F.when(is_valid & is_late, 1)).alias("late"),
                 F.count(F.when(is_valid & ~is_late, 1)).alias("on_time"),
                 F.max(F.when(is_valid, F.unix_millis("event_time"))).alias("newest_ms"),
+                # The quarantine's partitions the batch's records fall in.
+                F.min(F.to_date("kafka_timestamp")).alias("first_day"),
+                F.max(F.to_date("kafka_timestamp")).alias("last_day"),
                 *unknown_ids,
             ).first()
             if not (facts.bad or facts.late or facts.on_time):
@@ -410,8 +424,10 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 next_watermark_ms=next_watermark_ms(watermark_ms, facts.newest_ms, settings),
                 late=facts.late, quarantined=facts.bad, topic_id=query.topic_id)
 
-            if from_registry and done is None and facts.unknown_ids and not _already_appended(
-                    settings, QUARANTINE.name, app, batch_id):
+            # A re-run after its first attempt's quarantine commit (a crash before bronze's).
+            requarantine = done is None and _already_appended(settings, QUARANTINE.name, app,
+                                                              batch_id)
+            if from_registry and done is None and facts.unknown_ids and not requarantine:
                 # Before any write: ids registered since the query started are decoded, not
                 # quarantined; the runner restarts the query with them and the batch re-runs.
                 if known := registered(shape.avro, facts.unknown_ids):
@@ -421,7 +437,13 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                         "query started; restarting it with the registry's schemas")
             if done is None:
                 tag = batch_tag(app, batch_id)
-                if facts.bad and not _already_appended(settings, QUARANTINE.name, app, batch_id):
+                if requarantine:
+                    # The first attempt's verdicts stand: a record it quarantined under a schema
+                    # id registered since then never also lands in the late lane or bronze.
+                    taken = _quarantined_by(spark, settings, batch_id, facts.first_day,
+                                            facts.last_day)
+                    valid = valid.join(F.broadcast(taken), ["partition", "offset"], "left_anti")
+                elif facts.bad:
                     _label(spark, "quarantine")
                     query.fence.check()
                     bad = quarantine_projection(classified.where(~is_valid), settings)
