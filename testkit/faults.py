@@ -11,6 +11,8 @@
   `corrections_state` is not).
 - `python -m testkit.faults corrections <date> <run_id>`: one corrections run of a date in
   a process of its own (the process the drills kill).
+- `failing_bronze_append`: in-process, an ingest batch fails where it would append to bronze
+  (its quarantine and late-lane commits made): a crash between its commits, for a re-run.
 
 Used by the drills (`python -m bench.drills`) and by tests/test_service.py.
 """
@@ -31,6 +33,28 @@ from lakehouse.tables.commit_tags import batch_of
 from lakehouse.tables.delta_log import Commit, commit_versions, read_commit
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+BRONZE_CRASH = "crashed before the bronze commit"
+
+
+@contextmanager
+def failing_bronze_append() -> Iterator[None]:
+    """Within the block, an ingest batch raises BRONZE_CRASH where it would append to bronze."""
+    from spark_jobs import stream
+
+    real = stream._append
+
+    def append(df, settings, table, metadata):
+        if table == "bronze_events":
+            raise RuntimeError(BRONZE_CRASH)
+        real(df, settings, table, metadata)
+
+    stream._append = append
+    try:
+        yield
+    finally:
+        stream._append = real
 
 
 def _spawn(args: list[str], env, log_path: str | Path | None) -> subprocess.Popen:

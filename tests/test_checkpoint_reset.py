@@ -12,6 +12,7 @@ import pytest
 from lakehouse.kafka.admin import ensure_topic
 from lakehouse.tables.reads import read
 from spark_jobs import stream
+from testkit.faults import BRONZE_CRASH, failing_bronze_append
 from testkit.generator import GeneratorConfig, generate, produce
 
 
@@ -49,7 +50,7 @@ def test_a_new_checkpoint_resumes_at_bronze_position(instance_env, spark):
 
 @pytest.mark.slow
 def test_a_batch_that_crashed_before_bronze_lands_once_after_a_checkpoint_reset(
-        instance_env, spark, monkeypatch):
+        instance_env, spark):
     """The batch's quarantine and late appends committed, then it died before its bronze commit
     (the batch's last append); the checkpoint is then lost. The new checkpoint starts at bronze's
     position and reads the batch again: its quarantined and late records land once, not twice."""
@@ -64,17 +65,8 @@ def test_a_batch_that_crashed_before_bronze_lands_once_after_a_checkpoint_reset(
     quarantined_before = sum(positions(settings, "quarantined_events").values())
 
     produce(settings, second)
-    real_append = stream._append
-
-    def crash_at_bronze(df, settings_, table, metadata):
-        if table == "bronze_events":
-            raise RuntimeError("killed before the bronze commit")
-        real_append(df, settings_, table, metadata)
-
-    monkeypatch.setattr(stream, "_append", crash_at_bronze)
-    with pytest.raises(Exception, match="killed before the bronze commit"):
+    with failing_bronze_append(), pytest.raises(Exception, match=BRONZE_CRASH):
         stream.run_available_now(spark, settings)
-    monkeypatch.setattr(stream, "_append", real_append)
     # The crashed batch's quarantine rows did commit.
     assert sum(positions(settings, "quarantined_events").values()) > quarantined_before
 

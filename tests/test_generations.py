@@ -1,7 +1,8 @@
-"""Spec edits, by kind (`lakehouse.tables.generations`): what each takes; an in-place change applied by
-the stream's next start (refused by other writers before), old rows kept, a date's next
-corrections run recomputing the whole date; a rebuild built apart from the Kafka log, a date the retained log no longer holds
-reported as not rebuildable and never switched in silently."""
+"""Spec edits, by kind (`lakehouse.tables.generations`): what each takes; an in-place change
+applied by the stream's next start (refused by other writers before), old rows kept, a date's
+next corrections run recomputing the whole date; a rebuild built apart from the Kafka log, a
+date the retained log no longer holds reported as not rebuildable and never switched in
+silently."""
 
 import dataclasses
 import json

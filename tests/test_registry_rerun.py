@@ -3,7 +3,7 @@ registered in between (the one input whose classification can change between two
 the first attempt's verdicts stand. Its records under the then-unknown id stay quarantined and
 never also land in bronze: every offset of the topic is in exactly one of the two. Real broker,
 Spark, Delta and schema registry (Apicurio); the crash is an exception raised in place of the
-bronze append."""
+bronze append (`testkit.faults.failing_bronze_append`)."""
 
 import base64
 import struct
@@ -21,13 +21,14 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 @pytest.mark.long  # two catch-ups and a registry: about a minute (make test-long)
 def test_a_rerun_keeps_its_first_attempts_quarantine_verdicts(tmp_path, kafka_bootstrap, spark,
-                                                              schema_registry, monkeypatch):
+                                                              schema_registry):
     from lakehouse.config.settings import Settings
     from lakehouse.events.schema_registry import with_registry_schemas
     from lakehouse.kafka.admin import topic_offsets
     from spark_jobs import stream as stream_module
     from specs.pipeline import parse_spec
     from testkit.avro_events import register_schema
+    from testkit.faults import BRONZE_CRASH, failing_bronze_append
     from testkit.generator import GeneratorConfig, produce
     from testkit.spec_events import generate_for_spec
 
@@ -60,17 +61,8 @@ def test_a_rerun_keeps_its_first_attempts_quarantine_verdicts(tmp_path, kafka_bo
     assert {first, second} == set(ids)
     produce(settings, records)
 
-    append = stream_module._append
-
-    def crash_before_bronze(df, s, table, meta):
-        if table == "bronze_events":
-            raise RuntimeError("injected crash between the quarantine and bronze commits")
-        append(df, s, table, meta)
-
-    with monkeypatch.context() as m:
-        m.setattr(stream_module, "_append", crash_before_bronze)
-        with pytest.raises(Exception, match="injected crash"):
-            stream_module.run_available_now(spark, settings)
+    with failing_bronze_append(), pytest.raises(Exception, match=BRONZE_CRASH):
+        stream_module.run_available_now(spark, settings)
     quarantined = read(settings, "quarantined_events").to_pylist()
     assert len(quarantined) == ids.count(second)
     assert {q["reason"] for q in quarantined} == {"unknown_schema_id"}
