@@ -425,9 +425,11 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 late=facts.late, quarantined=facts.bad, topic_id=query.topic_id)
 
             # A re-run after its first attempt's quarantine commit (a crash before bronze's).
-            requarantine = done is None and _already_appended(settings, QUARANTINE.name, app,
-                                                              batch_id)
-            if from_registry and done is None and facts.unknown_ids and not requarantine:
+            # Only a registry changes a record's verdict between attempts (an id registered in
+            # between); without one, a re-run that finds no bad record has none committed.
+            quarantined_before = done is None and bool(facts.bad or from_registry) and \
+                _already_appended(settings, QUARANTINE.name, app, batch_id)
+            if from_registry and done is None and facts.unknown_ids and not quarantined_before:
                 # Before any write: ids registered since the query started are decoded, not
                 # quarantined; the runner restarts the query with them and the batch re-runs.
                 if known := registered(shape.avro, facts.unknown_ids):
@@ -437,7 +439,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                         "query started; restarting it with the registry's schemas")
             if done is None:
                 tag = batch_tag(app, batch_id)
-                if requarantine:
+                if quarantined_before:
                     # The first attempt's verdicts stand: a record it quarantined under a schema
                     # id registered since then never also lands in the late lane or bronze.
                     taken = _quarantined_by(spark, settings, batch_id, facts.first_day,
