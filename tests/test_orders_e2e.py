@@ -138,7 +138,9 @@ def positions(table) -> Counter:
     return Counter(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
 
 
-@pytest.mark.slow
+# Two to five minutes beside the other tests (make test-long): the Avro pipeline's service crash
+# (tests/test_avro_e2e.py) and the default's (tests/test_service.py) stay in `make test`.
+@pytest.mark.long
 def test_orders_service_crashes_lose_and_duplicate_nothing(tmp_path, kafka_bootstrap):
     """`make stream PIPELINE=<orders spec>` killed in flight and inside a batch (after bronze,
     before the aggregates MERGE), restarted each time: every offset lands once, the late lane
