@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -46,6 +47,8 @@ def sli_records() -> list[str]:
 @pytest.mark.slow
 def test_after_the_demos_prometheus_has_every_sli_and_panel_for_both_pipelines(
         tmp_path, kafka_bootstrap):
+    from dagster import DagsterInstance
+
     stream_port, daily_port = free_port(), free_port()
     live = {"DEMO_LIVE": "25 seconds", "STREAM_TRIGGER_INTERVAL": "2 seconds",
             "METRICS_PORT": str(stream_port), "DEMO_EVENTS": "600", "DEMO_SPAN": "2 hours"}
@@ -54,6 +57,10 @@ def test_after_the_demos_prometheus_has_every_sli_and_panel_for_both_pipelines(
     env = {**os.environ, "DAGSTER_HOME": str(home), "LAKEHOUSE_ROOT": str(tmp_path / "lakehouse"),
            "PIPELINES": str(orders), "DAILY_METRICS_PORT": str(daily_port)}
     home.mkdir()
+    # The instance's storage exists before the exporter and the demo open it: two processes
+    # creating Dagster's SQLite tables at once race ("table jobs already exists").
+    shutil.copy(REPO / "infra" / "dagster.yaml", home / "dagster.yaml")
+    DagsterInstance.from_config(str(home)).dispose()
     exporter = subprocess.Popen([sys.executable, "-m", "orchestration.daily_metrics"], cwd=REPO,
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
