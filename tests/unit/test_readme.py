@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lakehouse.config.settings import Settings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 MAKEFILE = (REPO / "Makefile").read_text()
 PRODUCT = ("orchestration", "service", "assets", "expectations", "reporting", "spark_jobs",
