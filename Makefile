@@ -34,7 +34,7 @@ endif
 .PHONY: setup system-deps materialize kafka-up kafka-down demo test ui stream bench bench-stages bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down registry-up registry-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster test-cluster-run \
-	observe-up observe-down daily-metrics dashboards test-alerts test-long
+	observe-up observe-down daily-metrics dashboards test-alerts test-long spark-up spark-down
 
 setup: system-deps $(VENV)/.installed .jars/.fetched .jars/registry/.fetched dagster-instance
 
@@ -84,6 +84,15 @@ kafka-up: setup
 # Stopping needs no set-up (and does nothing where nothing was installed).
 kafka-down:
 	@test ! -x $(PY) || $(PY) infra/kafka/broker.py down
+
+# The Spark Connect server on 127.0.0.1:$SPARK_CONNECT_PORT (default 15002; infra/spark/connect.py,
+# state and server.log in .spark-connect/): a warm engine with the project's jars; runs use it when
+# SPARK_REMOTE=sc://127.0.0.1:15002 is set, and run classic (a driver of their own) without it.
+spark-up: setup
+	@$(PY) infra/spark/connect.py up
+
+spark-down:
+	@test ! -x $(PY) || $(PY) infra/spark/connect.py down
 
 # The cluster stack on loopback (infra/cluster.env lists the settings that point the pipeline at
 # it): S3Proxy object store, PostgreSQL for Dagster, Spark standalone, three Kafka brokers.
@@ -254,6 +263,6 @@ lint: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/vulture
 
-clean: kafka-down cluster-down observe-down registry-down
+clean: kafka-down cluster-down observe-down registry-down spark-down
 	rm -rf .lakehouse .dagster_home .dagster_home_cluster .kafka .s3proxy .postgres .spark \
-	  .kafka-cluster .observe .registry
+	  .kafka-cluster .observe .registry .spark-connect

@@ -106,22 +106,45 @@ class Daemon:
             time.sleep(0.3)
         raise ServerError(f"{self.name} not ready within {wait_s:.0f}s: see {self.log_file}")
 
-    def stop(self, wait_s: float = 30.0) -> int | None:
-        """Stop it (SIGTERM, SIGKILL after `wait_s`); the pid it had, None if not running."""
+    def stop(self, wait_s: float = 30.0, group: bool = False) -> int | None:
+        """Stop it (SIGTERM, SIGKILL after `wait_s`); the pid it had, None if not running.
+        `group`: its whole process group (it leads one: `start` gives it its own session), so
+        the children it started (a Spark server's Python workers) go too, and wait for all."""
         pid = self.pid()
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
             return None
-        os.kill(pid, signal.SIGTERM)
+        kill = (lambda sig: _killpg(pid, sig)) if group else (lambda sig: os.kill(pid, sig))
+        alive = (lambda: _group_alive(pid)) if group else (lambda: pid_alive(pid))
+        kill(signal.SIGTERM)
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and pid_alive(pid):
+        while time.monotonic() < deadline and alive():
             time.sleep(0.2)
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            while pid_alive(pid):
+        if alive():
+            kill(signal.SIGKILL)
+            while alive():
                 time.sleep(0.1)
         self.pid_file.unlink(missing_ok=True)
         return pid
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (zombies aside)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def run_cli(command: Callable[[], str], ok: Callable[[], bool] = lambda: True) -> int:
