@@ -32,6 +32,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from lakehouse.config.settings import Settings, utc  # noqa: E402
 from lakehouse.events.shape import DEFAULT_SHAPE, EventShape  # noqa: E402
+from lakehouse.tables.catalog import REPORTS_DIR  # noqa: E402
 
 WINDOW = "_window"  # the window as UTC text, in the comparison and its Data Docs
 
@@ -51,7 +52,7 @@ def data_docs_dir(settings: Settings) -> Path:
     lakehouse root (`<root>/reports/quality`); for an object-store root, a local folder named
     after it (GX's file stores are local)."""
     if settings.local_root is not None:
-        return settings.local_root / "reports" / "quality"
+        return settings.local_root / REPORTS_DIR / "quality"
     return (Path(tempfile.gettempdir()) / "lakehouse-quality"
             / re.sub(r"[^A-Za-z0-9_.-]+", "_", settings.root))
 

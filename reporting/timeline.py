@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.config import storage
 from lakehouse.config.settings import Settings
-from lakehouse.tables.catalog import BRONZE, INGEST_QUERY, LATE, PROGRESS
+from lakehouse.tables.catalog import BRONZE, INGEST_QUERY, LATE, PROGRESS, REPORTS_DIR
 from reporting.timeline_plot import Histogram, Series, TimelineData, choose_bucket, render, summary
 from spark_jobs.tables import read_table
 
@@ -217,5 +217,5 @@ def write_timeline(spark: SparkSession, settings: Settings, path: str | None = N
     """Collect, render and write the report (default `$LAKEHOUSE_ROOT/reports/timeline.html`);
     the summary is small enough for Dagster metadata."""
     data = collect_timeline(spark, settings)
-    target = storage.write_text(path or settings.path("reports", "timeline.html"), render(data))
+    target = storage.write_text(path or settings.path(REPORTS_DIR, "timeline.html"), render(data))
     return ReportResult(target, {"path": target, **summary(data)})

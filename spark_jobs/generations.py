@@ -16,7 +16,13 @@ from lakehouse.config.settings import Settings
 from lakehouse.config.storage import local_path
 from lakehouse.kafka.admin import topic_offsets
 from lakehouse.tables import delta_log
-from lakehouse.tables.catalog import ALL_TABLES, CORRECTIONS_STATE, REPLAY_STATE
+from lakehouse.tables.catalog import (
+    ALL_TABLES,
+    CHECKPOINTS_DIR,
+    CORRECTIONS_STATE,
+    REPLAY_STATE,
+    REPORTS_DIR,
+)
 from lakehouse.tables.generations import (
     ACTIVE,
     BUILDING,
@@ -38,7 +44,7 @@ from lakehouse.tables.reads import bronze_dates, compare_tables, read
 from spark_jobs.replay import missing_offsets
 
 # What a generation is made of, besides its tables: moved with them by a switch.
-GENERATION_DIRS = ("_checkpoints", "reports")
+GENERATION_DIRS = (CHECKPOINTS_DIR, REPORTS_DIR)
 
 
 def record(spark: SparkSession, settings: Settings, status: str, note: str | None = None,

@@ -8,6 +8,7 @@ from pyspark.sql import SparkSession
 
 from lakehouse.config import storage
 from lakehouse.config.settings import Settings
+from lakehouse.tables.catalog import WAREHOUSE_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 SPARK_JARS = REPO / ".jars" / "spark"
@@ -84,7 +85,7 @@ def spark_conf(settings: Settings, short_run: bool = False) -> dict[str, str]:
         "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
         "spark.sql.streaming.metricsEnabled": "false",
         "spark.sql.streaming.numRecentProgressUpdates": "1000",
-        "spark.sql.warehouse.dir": settings.path("_warehouse"),
+        "spark.sql.warehouse.dir": settings.path(WAREHOUSE_DIR),
         # Executors on other hosts connect back to the driver at this address.
         "spark.driver.host": settings.spark_driver_host,
         "spark.driver.bindAddress": settings.spark_driver_host,

@@ -42,17 +42,12 @@ from lakehouse.config.settings import (
     parse_duration,
 )
 from lakehouse.events.shape import DEFAULT_SHAPE, IDENT, STRICT, EventShape, Identifier
-from lakehouse.tables.catalog import ALL_TABLES
+from lakehouse.tables.catalog import ROOT_FOLDERS
 from lakehouse.tables.generations import resolve
 
 
 class SpecError(SettingsError):
     """A pipeline spec the pipeline cannot run; the message names the file and the field."""
-
-
-# Folders the default pipeline keeps at the root (its tables, checkpoints, reports and local
-# locks): no other pipeline's folder may take them.
-ROOT_FOLDERS = frozenset({*(t.name for t in ALL_TABLES), "_checkpoints", "reports", "_locks"})
 
 
 def _duration(value: Any) -> Any:
@@ -189,8 +184,12 @@ class PipelineSpec(BaseModel):
         for label, value in (("tables", self.tables), ("asset_prefix", self.asset_prefix)):
             if value is not None and not IDENT.match(value):
                 raise ValueError(f"{label} {value!r}: lower-case letters, digits and _")
-        if self.folder in ROOT_FOLDERS:
-            raise ValueError(f"tables {self.folder!r} is a folder the default pipeline uses")
+        # The folders the default pipeline writes at the root (lakehouse.tables.catalog): no
+        # other pipeline's folder, nor its name, may be one of them.
+        for label, value in (("name", self.name), ("tables", self.tables)):
+            if value in ROOT_FOLDERS:
+                raise ValueError(f"{label} {value!r} is a folder the default pipeline uses "
+                                 f"($LAKEHOUSE_ROOT/{value}): choose another {label}")
         return self
 
     @property

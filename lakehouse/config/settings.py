@@ -39,6 +39,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from lakehouse.config import storage
 from lakehouse.events.shape import DEFAULT_SHAPE, EventShape
+from lakehouse.tables.catalog import CHECKPOINTS_DIR
 
 _UNITS = {
     "millisecond": 0.001, "ms": 0.001,
@@ -411,7 +412,7 @@ class Settings(BaseSettings):
         return self.path(name)
 
     def checkpoint_path(self, query: str) -> str:
-        return self.path("_checkpoints", query)
+        return self.path(CHECKPOINTS_DIR, query)
 
     @property
     def local_root(self) -> Path | None:

@@ -1,7 +1,8 @@
 """The catalog: every Delta table's name, columns (DDL) and layout, and the stream's query
 names. Pure data: the Spark jobs create and read the tables from it (`spark_jobs.tables`), the
 Delta-log readers and the reports name them from it. Every table lives at
-`$LAKEHOUSE_ROOT/<name>`."""
+`$LAKEHOUSE_ROOT/<name>`, beside the pipeline's other folders (`SPECIAL_FOLDERS`): together
+they are `ROOT_FOLDERS`, the names no spec pipeline's folder may take."""
 
 from __future__ import annotations
 
@@ -12,6 +13,17 @@ from lakehouse.events.shape import DEFAULT_SHAPE, EventShape
 
 # The ingest query's name: its checkpoint is `$LAKEHOUSE_ROOT/_checkpoints/<name>`.
 INGEST_QUERY = "ingest"
+
+# The folders a pipeline keeps at its root beside its tables, named once here and used where
+# they are written (so `ROOT_FOLDERS` cannot miss one):
+CHECKPOINTS_DIR = "_checkpoints"  # the stream queries' checkpoints (Settings.checkpoint_path)
+LOCKS_DIR = "_locks"  # the writer locks' files on a local root (lakehouse.tables.locks)
+REPORTS_DIR = "reports"  # the timeline report and the checks' Data Docs (reports/quality)
+WAREHOUSE_DIR = "_warehouse"  # Spark SQL's warehouse dir (spark_jobs.session)
+GENERATIONS_REGISTRY = "spec_generations"  # the spec generations' registry table
+GENERATIONS_DIR = "_generations"  # generations built under another spec version
+SPECIAL_FOLDERS = (CHECKPOINTS_DIR, LOCKS_DIR, REPORTS_DIR, WAREHOUSE_DIR, GENERATIONS_REGISTRY,
+                   GENERATIONS_DIR)
 
 # The tables' columns come from a pipeline's event shape (lakehouse.events.shape): its window key
 # (`shape.window_id`: one row per window and dimension values in every aggregate table) and
@@ -157,3 +169,7 @@ REPLAY_STATE = Table(
 )
 ALL_TABLES = (BRONZE, QUARANTINE, STREAMING, LATE, RECONCILED, REPLAY, CORRECTIONS, PROGRESS,
               CORRECTIONS_STATE, REPLAY_STATE, SKIPPED)
+
+# Every top-level folder the default pipeline writes under $LAKEHOUSE_ROOT: its tables and its
+# special folders. A spec pipeline's `name` or `tables` may be none of them (specs.pipeline).
+ROOT_FOLDERS = frozenset({*(t.name for t in ALL_TABLES), *SPECIAL_FOLDERS})

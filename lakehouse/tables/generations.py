@@ -31,8 +31,9 @@ from lakehouse.config import storage
 from lakehouse.config.settings import Settings
 from lakehouse.events.shape import EventShape
 from lakehouse.tables import delta_log
+from lakehouse.tables.catalog import GENERATIONS_DIR, GENERATIONS_REGISTRY
 
-REGISTRY = "spec_generations"
+REGISTRY = GENERATIONS_REGISTRY
 REGISTRY_DDL = """spec_version STRING NOT NULL, status STRING NOT NULL, spec STRING NOT NULL,
     location STRING NOT NULL, note STRING, not_rebuildable STRING, run_id STRING,
     replaces STRING, recorded_at TIMESTAMP NOT NULL, seq BIGINT NOT NULL"""
@@ -41,9 +42,9 @@ REGISTRY_DDL = """spec_version STRING NOT NULL, status STRING NOT NULL, spec STR
 SPEC_PROPERTY, VERSION_PROPERTY = "lakehouse.spec", "lakehouse.specVersion"
 ACTIVE, BUILDING, SWITCHING, RETIRED = "active", "building", "switching", "retired"
 IN_PLACE = "in place from"  # how the note of an in-place edit's row starts
-# What a generation's folder holds (moved whole by a switch): every table, the checkpoints and
-# the reports. Locks stay where they are (the switch holds them).
-GENERATIONS_DIR = "_generations"
+# A generation is built in `<folder>/GENERATIONS_DIR/<version>` (named in the catalog with the
+# root's other folders). What its folder holds (moved whole by a switch): every table, the
+# checkpoints and the reports. Locks stay where they are (the switch holds them).
 
 
 class SpecChangePending(RuntimeError):

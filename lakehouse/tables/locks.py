@@ -28,6 +28,7 @@ from datetime import date
 from pathlib import Path
 
 from lakehouse.config.storage import local_path
+from lakehouse.tables.catalog import LOCKS_DIR
 
 
 class CheckpointBusy(RuntimeError):
@@ -123,7 +124,7 @@ def _pg_lock(url: str | None, root: str, name: str, what: str, wait_s: float | N
 
 @contextmanager
 def _file_lock(root: Path, name: str, what: str, wait_s: float | None):
-    path = root / "_locks" / f"{name}.lock"
+    path = root / LOCKS_DIR / f"{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
