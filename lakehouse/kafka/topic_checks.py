@@ -9,7 +9,9 @@ compare the wrong sets. So such a topic is refused, loudly, before anything read
 
 from __future__ import annotations
 
+import shlex
 from datetime import timedelta
+from pathlib import Path
 
 from confluent_kafka.admin import ConfigResource, ResourceType
 
@@ -17,6 +19,26 @@ from lakehouse.config.settings import Settings
 
 REQUIRED_TIMESTAMP_TYPE = "LogAppendTime"
 DEFAULT_RETENTION = timedelta(days=14)
+# Kafka's kafka-configs tool as the project installs it (a wrapper running the jars of `make
+# setup`); outside a checkout, a Kafka distribution's script.
+KAFKA_CONFIGS = Path(__file__).resolve().parents[2] / "infra" / "kafka" / "bin" / "kafka-configs"
+
+
+def alter_topic_command(settings: Settings, topic: str, config: str) -> str:
+    """The shell command that sets `config` (`name=value`) on `topic` of the configured brokers,
+    runnable as printed. With security options set (KAFKA_SECURITY_*/SASL_*/SSL_*), it says
+    that the tool needs them in a client properties file too (it reads none from the
+    environment)."""
+    tool = str(KAFKA_CONFIGS) if KAFKA_CONFIGS.exists() else "kafka-configs.sh"
+    command = " ".join(shlex.quote(part) for part in (
+        tool, "--bootstrap-server", settings.kafka_bootstrap_servers, "--alter",
+        "--entity-type", "topics", "--entity-name", topic, "--add-config", config))
+    secured = sorted(k for k in settings.kafka_options
+                     if k.startswith(("security.", "sasl.", "ssl.")))
+    if secured:
+        return (f"(the brokers need {', '.join(secured)}: write them to a client properties "
+                f"file and add --command-config <file>) {command}")
+    return command
 
 
 def required_retention(settings: Settings) -> timedelta:
@@ -46,8 +68,8 @@ def retention_shortfall(settings: Settings, retention_ms: int | None) -> str | N
             f"({timedelta(milliseconds=retention_ms)}), less than the correction horizon "
             f"({horizon}: {settings.correction_horizon}) plus a day: retention deletes a date's "
             "first records before its last correction, whose replay then cannot prove the date "
-            "(verify_dates fails naming the lost offsets). Raise it: kafka-configs --alter "
-            f"--entity-type topics --entity-name {topic} --add-config retention.ms={need_ms}")
+            "(verify_dates fails naming the lost offsets). Raise it: "
+            + alter_topic_command(settings, topic, f"retention.ms={need_ms}"))
 
 
 class TopicMisconfigured(RuntimeError):
@@ -69,8 +91,8 @@ def require_log_append_time(settings: Settings, topic: str | None = None,
             f"{REQUIRED_TIMESTAMP_TYPE}: the replay selects a date's records by broker append "
             "time, which CreateTime (the producer's clock) does not give, so a proof on this "
             "topic could pass on the wrong records. Use a topic the pipeline creates, or alter "
-            f"this one (kafka-configs --alter --entity-type topics --entity-name {topic} "
-            f"--add-config message.timestamp.type={REQUIRED_TIMESTAMP_TYPE}; records appended "
-            "before the change keep their producer timestamps, so start LAKEHOUSE_START_DATE "
-            "after it)."
+            "this one (records appended before the change keep their producer timestamps, so "
+            "start LAKEHOUSE_START_DATE after it): "
+            + alter_topic_command(settings, topic,
+                                  f"message.timestamp.type={REQUIRED_TIMESTAMP_TYPE}")
         )
