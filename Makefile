@@ -31,12 +31,19 @@ else
 $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
 endif
 
-.PHONY: setup system-deps materialize kafka-up kafka-down demo test ui stream bench bench-stages bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
+.PHONY: setup system-deps materialize kafka-up kafka-down demo test test-unit ui stream bench bench-stages bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down registry-up registry-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster test-cluster-run \
-	observe-up observe-down daily-metrics dashboards test-alerts test-long spark-up spark-down
+	observe-up observe-down daily-metrics dashboards test-alerts test-long spark-up spark-down \
+	prerequisites down
 
-setup: system-deps $(VENV)/.installed .jars/.fetched .jars/registry/.fetched dagster-instance
+setup: prerequisites system-deps $(VENV)/.installed .jars/.fetched .jars/registry/.fetched dagster-instance
+
+# Before the venv is created (only then): Python 3.11 with its venv module, memory for two Spark
+# drivers and a broker, disk for the venv and the jars; one line saying what is missing, exit 1
+# (infra/prerequisites.sh; PREREQ_MIN_MEMORY_GB=6 and PREREQ_MIN_DISK_GB=3, 0 skips a check).
+prerequisites:
+	@test -x $(PY) || infra/prerequisites.sh $(PYTHON)
 
 # The Debian packages the targets and tests run (infra/system_packages.sh: installed with apt-get
 # as root; otherwise it prints the command to run and stops): a JDK 17 and Maven for the jars,
@@ -93,6 +100,12 @@ spark-up: setup
 
 spark-down:
 	@test ! -x $(PY) || $(PY) infra/spark/connect.py down
+
+# Every server the targets start, stopped: the Spark Connect server, Prometheus, Alertmanager and
+# the daily exporter, the schema registry, the broker, the cluster stack. Keeps the data (`make
+# clean` removes it). Needs no set-up. Foreground targets (make stream, ui, demo's runs) stop
+# with Ctrl-C; `make demo` leaves the broker running.
+down: spark-down observe-down registry-down kafka-down cluster-down
 
 # The cluster stack on loopback (infra/cluster.env lists the settings that point the pipeline at
 # it): S3Proxy object store, PostgreSQL for Dagster, Spark standalone, three Kafka brokers.
@@ -193,8 +206,18 @@ test-cluster-run: setup
 	@$(CLUSTER_ENV); \
 	  $(PY) -m pytest -o addopts=-ra -o timeout=2400 -p no:randomly tests/cluster $(PYTEST_ARGS)
 
+# The suite on the local stack (lint, the broker, every test but those marked `long`), on
+# TEST_WORKERS workers. Left to `make test-cluster` (of tens of minutes, run after it): the
+# cluster scenario (tests/cluster: object store, Spark standalone, three brokers, PostgreSQL), the
+# alerts end to end (tests/alerts: the service, Prometheus, Alertmanager; `make test-alerts`) and
+# the `long` tests (`make test-long`: the multi-pipeline service and its crash).
 test: setup lint kafka-up
 	$(PY) -m pytest --ignore=tests/cluster --ignore=tests/alerts -m "not long" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+# The tests that need no JVM, no broker and no server (tests/unit), in one process: under a
+# minute. `make test` runs them too, with tests/spark and tests/e2e.
+test-unit: setup
+	$(PY) -m pytest tests/unit -n 0 $(PYTEST_ARGS)
 
 # The daemon runs the schedules and sensors, which read the broker.
 ui: setup kafka-up
