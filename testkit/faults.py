@@ -14,7 +14,7 @@
 - `failing_bronze_append`: in-process, an ingest batch fails where it would append to bronze
   (its quarantine and late-lane commits made): a crash between its commits, for a re-run.
 
-Used by the drills (`python -m bench.drills`) and by tests/test_service.py.
+Used by the drills (`python -m bench.drills`) and by tests/e2e/test_service.py.
 """
 
 from __future__ import annotations

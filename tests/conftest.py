@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import uuid
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,9 @@ from testkit.infra import broker_module
 from testkit.runs import run_job  # noqa: F401 - the tests import it from here
 
 REPO = Path(__file__).resolve().parents[1]
+# The tiers (tests/unit: no JVM, no broker; tests/spark; tests/e2e): a test imports another's
+# helpers by module name whichever tier it is in (tests/cluster and tests/alerts do too).
+sys.path[1:1] = [str(REPO / "tests" / tier) for tier in ("unit", "spark", "e2e")]
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TQDM_DISABLE", "1")
@@ -55,6 +59,46 @@ def pytest_collection_modifyitems(items):
         if group := xdist_group(item):
             item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+
+
+# tests/unit stays unit (`make test-unit`, under a minute): no JVM, no broker, no server. A test
+# there that asks for one of these fixtures fails before it is built; one that starts Spark or
+# opens a Kafka client in the test's process fails at that call. (A subprocess is not watched.)
+UNIT = REPO / "tests" / "unit"
+NOT_IN_UNIT = {"spark", "kafka_bootstrap", "instance_env", "scenario", "pg_lock_url",
+               "schema_registry"}
+
+
+def in_unit(item: pytest.Item) -> bool:
+    return Path(item.path).is_relative_to(UNIT)
+
+
+@pytest.hookimpl(tryfirst=True)  # before any fixture is set up
+def pytest_runtest_setup(item):
+    if in_unit(item) and (used := NOT_IN_UNIT & set(item.fixturenames)):
+        pytest.fail(f"tests/unit has no JVM, broker or server: this test uses "
+                    f"{', '.join(sorted(used))}; move it to tests/spark or tests/e2e",
+                    pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _unit_tier_guard(request, monkeypatch):
+    if not in_unit(request.node):
+        return
+
+    def refuse(what: str):
+        def refused(*_args, **_kwargs):
+            raise RuntimeError(f"tests/unit has no JVM or broker: this test {what}; move it to "
+                               "tests/spark or tests/e2e")
+        return refused
+
+    monkeypatch.setattr("pyspark.sql.SparkSession.Builder.getOrCreate",
+                        refuse("starts Spark (SparkSession.builder.getOrCreate)"))
+    monkeypatch.setattr("pyspark.context.launch_gateway", refuse("starts a JVM (SparkContext)"))
+    monkeypatch.setattr("lakehouse.kafka.admin.AdminClient",
+                        refuse("opens a Kafka admin client"))
+    monkeypatch.setattr("confluent_kafka.Producer", refuse("opens a Kafka producer"))
+    monkeypatch.setattr("confluent_kafka.Consumer", refuse("opens a Kafka consumer"))
 
 
 def free_port() -> int:
@@ -199,7 +243,7 @@ def scenario(tmp_path_factory, kafka_bootstrap, spark):
 
         from testkit.generator import GeneratorConfig, end_across_midnight, generate, produce
 
-        # Spans a midnight at any hour (tests/test_generator.py pins the clock near midnight).
+        # Spans a midnight at any hour (tests/unit/test_generator.py pins the clock near midnight).
         end = end_across_midnight(datetime.now(UTC).replace(second=0, microsecond=0))
         cfg = GeneratorConfig(count=4000, seed=11, end=end, span=timedelta(hours=6), keys=8,
                               late_fraction=0.05, duplicate_fraction=0.04,

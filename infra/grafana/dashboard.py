@@ -1,6 +1,7 @@
 """The Grafana dashboard of the pipeline's SLIs, as code (grafana-foundation-sdk): `make
 dashboards` prints it into infra/grafana/lakehouse.json, the committed file Grafana imports
-(tests/test_dashboard.py checks the two agree, and runs every panel's query in Prometheus).
+(tests/unit/test_dashboard.py checks the two agree; tests/e2e/test_dashboard_queries.py runs
+every panel's query in Prometheus).
 
 The panels read the recording rules of infra/prometheus/rules/sli.yml and the daily exporter's
 metrics, filtered by the `pipeline` variable; the data source is picked by `datasource`."""

@@ -25,7 +25,7 @@ import yaml
 
 from lakehouse.tables.reads import bronze_dates, compare_tables, read
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 V3 = {**json.loads((EXAMPLES / "orders_v2.avsc").read_text())}
 V3["fields"] = [*V3["fields"], {"name": "channel", "type": "string", "default": "web"}]
 

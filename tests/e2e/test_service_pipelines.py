@@ -27,7 +27,7 @@ from testkit.generator import GeneratorConfig, generate, produce
 from testkit.reference import VALID_KINDS
 from testkit.spec_events import generate_for_spec
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def spec_copy(folder: Path, name: str) -> Path:

@@ -10,7 +10,7 @@ from lakehouse.config.settings import Settings, utc
 from specs.pipeline import load_spec
 from transforms.parse import parsed_events, reasons
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BROKER_TIME = datetime(2026, 11, 21, 14, 1, tzinfo=UTC)
 SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
 

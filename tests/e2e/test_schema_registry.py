@@ -15,7 +15,7 @@ from lakehouse.events.schema_registry import RegistryError, registered, with_reg
 from specs.pipeline import SpecError, load_spec, parse_spec
 from testkit.avro_events import register_schema
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 V1, V2 = ((EXAMPLES / f"orders_v{i}.avsc").read_text() for i in (1, 2))
 BASE = Settings.from_env({})
 SECRET = "s3cret-registry-pw"

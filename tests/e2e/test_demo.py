@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RUN_LINE = re.compile(r"^  (\S+)\s.*\b(ok|FAILED)\s+[\d.]+s  run ([0-9a-f-]{36})\b")
 
 

@@ -20,7 +20,7 @@ from lakehouse.tables.reads import bronze_dates, compare_tables, read
 from testkit.reference import VALID_KINDS
 from testkit.runs import run_in
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 V1 = yaml.safe_load((REPO / "examples/orders.yaml").read_text())
 V2 = {**V1, "fields": {**V1["fields"], "quantity": "decimal(10,0)"},
       "measures": [*V1["measures"], {"field": "quantity", "aggregates": ["sum", "max"]}]}

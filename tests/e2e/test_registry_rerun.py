@@ -16,7 +16,7 @@ import yaml
 
 from lakehouse.tables.reads import read
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.mark.long  # two catch-ups and a registry: about a minute (make test-long)

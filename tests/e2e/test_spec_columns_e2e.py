@@ -3,7 +3,7 @@ the dimensions `id`, `window`, `has_late`, `mode`, `action` and `closed` and the
 `time` (they clashed with the parser's `_id_type`/`_time_text`, the window struct, the proofs'
 and the changelog's `has_late`/`mode`, the corrections' diff) through classify, two catch-ups,
 corrections, the replay and the proof, through its prefixed Dagster jobs. (`_commit_version`
-and any name starting with _ is refused at load: tests/test_spec.py.)"""
+and any name starting with _ is refused at load: tests/unit/test_spec.py.)"""
 
 import uuid
 from collections import Counter

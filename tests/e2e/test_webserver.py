@@ -15,7 +15,7 @@ from conftest import free_port
 
 from testkit.webserver import gql, start, stop, wait_ready
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".venv/bin"
 CONTRACT = ("raw_events", "bronze_events", "streaming_aggregates", "late_corrections",
             "reconciled_aggregates", "replay_aggregates")

@@ -17,7 +17,7 @@ from lakehouse.tables.reads import bronze_dates, read
 from orchestration.definitions import definitions_for
 from testkit.runs import run_in
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def orders_spec(folder: Path) -> Path:
@@ -139,7 +139,7 @@ def positions(table) -> Counter:
 
 
 # Two to five minutes beside the other tests (make test-long): the Avro pipeline's service crash
-# (tests/test_avro_e2e.py) and the default's (tests/test_service.py) stay in `make test`.
+# (tests/e2e/test_avro_e2e.py) and the default's (tests/e2e/test_service.py) stay in `make test`.
 @pytest.mark.long
 def test_orders_service_crashes_lose_and_duplicate_nothing(tmp_path, kafka_bootstrap):
     """`make stream PIPELINE=<orders spec>` killed in flight and inside a batch (after bronze,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "infra/prometheus/rules"
 UNIT_TESTS = REPO / "infra/prometheus/tests"
 RUNBOOK = REPO / "docs/runbook.md"

@@ -1,7 +1,7 @@
 """A snapshot of the asset graph (keys, deps, partitions, pools, checks, jobs, schedules,
 sensors, resources) of the default deployment (the default pipeline alone, PIPELINES unset): a
 change to the graph shows up as a diff of tests/snapshots/asset_graph.txt. After an intended
-change: `UPDATE_SNAPSHOTS=1 pytest tests/test_graph_snapshot.py`."""
+change: `UPDATE_SNAPSHOTS=1 pytest tests/unit/test_graph_snapshot.py`."""
 
 import os
 from pathlib import Path
@@ -11,7 +11,7 @@ from dagster import Definitions
 from assets.pipelines import DEFAULT
 from orchestration.definitions import definitions_for
 
-SNAPSHOT = Path(__file__).parent / "snapshots" / "asset_graph.txt"
+SNAPSHOT = Path(__file__).resolve().parents[1] / "snapshots" / "asset_graph.txt"
 
 
 def describe(defs: Definitions) -> str:

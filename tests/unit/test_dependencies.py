@@ -11,7 +11,7 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def canonical(name: str) -> str:

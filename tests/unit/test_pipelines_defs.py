@@ -15,7 +15,7 @@ from assets.resources import LakehouseResource
 from lakehouse.config.settings import SettingsError
 from specs.pipeline import SpecError, pipeline_specs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = REPO / "tests" / "snapshots" / "asset_graph.txt"
 SPECS = "examples/orders.yaml,examples/app_events.yaml"
 ORDERS = (REPO / "examples" / "orders.yaml").read_text()
@@ -24,7 +24,7 @@ ORDERS = (REPO / "examples" / "orders.yaml").read_text()
 # `lakehouse` resource resolves them, and whether loading started a JVM.
 LOAD = """
 import json, os, sys
-sys.path.insert(0, "tests")
+sys.path.insert(0, "tests/unit")
 from orchestration.definitions import defs
 from test_graph_snapshot import describe
 
@@ -155,7 +155,7 @@ def test_the_default_pipelines_graph_is_the_snapshot_whatever_pipelines_are_set(
 
 
 def test_with_pipelines_unset_the_graph_is_the_snapshot(tmp_path):
-    code = ("import sys; sys.path.insert(0, 'tests')\n"
+    code = ("import sys; sys.path.insert(0, 'tests/unit')\n"
             "from orchestration.definitions import defs\n"
             "from test_graph_snapshot import describe\n"
             "print(describe(defs), end='')\n")

@@ -1,28 +1,22 @@
-"""Avro input (`format: avro`): the spec's schemas validated at load, and records decoded by
-Spark's `from_avro` on real Spark into the classification the JSON path uses: both writer
-versions into one shape, unknown schema ids and undecodable bytes quarantined with their own
-reasons, decimals exact, timestamp-millis as epoch milliseconds."""
+"""Avro records decoded by Spark's `from_avro` on real Spark into the classification the JSON
+path uses: both writer versions into one shape, unknown schema ids and undecodable bytes
+quarantined with their own reasons, decimals exact, timestamp-millis as epoch milliseconds
+(the spec's side: tests/unit/test_avro.py)."""
 
 import io
-import json
-import shutil
 import struct
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import fastavro
 import pytest
-import yaml
+from test_avro import EXAMPLES, SPEC, V1, V2, _yaml
 
 from lakehouse.config.settings import Settings, utc
-from specs.pipeline import SpecError, load_spec, parse_spec
-from transforms.parse import REASONS, parsed_events, reasons
+from specs.pipeline import parse_spec
+from transforms.parse import parsed_events, reasons
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-SPEC = load_spec(EXAMPLES / "orders_avro.yaml")
-V1, V2 = (SPEC.shape.avro.schemas[i].parsed for i in (1, 2))
 BROKER_TIME = datetime(2026, 11, 21, 14, 1, tzinfo=UTC)
 AT = datetime(2026, 11, 21, 14, 0, 5, 123000, tzinfo=UTC)
 SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
@@ -51,100 +45,6 @@ def settings(tmp_path):
     return SPEC.settings(Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path),
                                             "LAKEHOUSE_START_DATE": "2026-01-01"}), {})
 
-
-# ---- the spec ----------------------------------------------------------------------------------
-
-def test_the_avro_reasons_are_the_avro_shapes_only():
-    codes = reasons(SPEC.shape)
-    assert codes[:4] == ("payload_too_large", "empty_payload", "unknown_schema_id",
-                         "invalid_avro")
-    assert {"invalid_json", "invalid_utf8", "not_an_object"}.isdisjoint(codes)
-    assert {"missing_region", "amount_too_precise", "event_time_in_future"} <= set(codes)
-    assert not {"unknown_schema_id", "invalid_avro"} & set(REASONS)
-    assert REASONS[2:5] == ("invalid_utf8", "invalid_json", "not_an_object")
-
-
-def test_the_json_pipelines_digests_are_those_of_before_the_format_field():
-    """The assets' code version (`results_version`) of JSON pipelines is unchanged: no date is
-    stale because the shape learned a format (the digests of main before Avro)."""
-    base = Settings.from_env({})
-    assert base.results_version == "0b9c71901080"
-    assert load_spec(EXAMPLES / "orders.yaml").settings(base, {}).results_version == (
-        "110e91d227fe")
-    # The avro spec's version covers its schemas: another reader id is another version.
-    other = parse_spec({**_yaml(), "avro": {**_yaml()["avro"], "reader": 1},
-                        "fields": {k: v for k, v in _yaml()["fields"].items() if k != "currency"},
-                        "dimensions": ["region"]}, folder=EXAMPLES)
-    assert other.settings(base, {}).results_version != SPEC.settings(base, {}).results_version
-
-
-def _yaml() -> dict:
-    return yaml.safe_load((EXAMPLES / "orders_avro.yaml").read_text())
-
-
-def _spec_in(tmp_path, change, files=None) -> Path:
-    for name in ("orders_v1.avsc", "orders_v2.avsc"):
-        shutil.copy(EXAMPLES / name, tmp_path / name)
-    for name, text in (files or {}).items():
-        (tmp_path / name).write_text(text)
-    data = _yaml()
-    change(data)
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-# A writer without the id, which the reader schema requires (no default).
-V1_NO_ID = json.dumps({**V1, "fields": [f for f in V1["fields"] if f["name"] != "order_id"]})
-
-
-@pytest.mark.parametrize(("change", "files", "needle"), [
-    (lambda d: d["avro"]["schemas"].update({3: "orders_v3.avsc"}), None,
-     "avro: schemas[3]: cannot read orders_v3.avsc beside the spec"),
-    (lambda d: d["avro"]["schemas"].update({3: "bad.avsc"}), {"bad.avsc": "{not json"},
-     "schemas[3]: bad.avsc is not JSON"),
-    (lambda d: d["avro"]["schemas"].update({3: "enum.avsc"}),
-     {"enum.avsc": '{"type": "enum", "name": "E", "symbols": ["A"]}'},
-     "schemas[3]: enum.avsc is not an Avro record schema"),
-    (lambda d: d["avro"]["schemas"].update({"x": "orders_v1.avsc"}), None,
-     "schemas: 'x' is not a schema id"),
-    (lambda d: d.pop("avro"), None, "format avro: declare its schemas"),
-    (lambda d: d.pop("format"), None, "avro: the schemas are for format: avro"),
-    (lambda d: d["avro"].update(reader=5), None, "reader: 5 is not one of the schema ids [1, 2]"),
-    (lambda d: d["avro"]["schemas"].update({0: "v0.avsc"}), {"v0.avsc": V1_NO_ID},
-     "avro: schemas[0] (v0.avsc): lacks field 'order_id' of the reader schema (orders_v2.avsc),"
-     " which has no default"),
-    (lambda d: d["fields"].update(discount="decimal(10,2)"), None,
-     "fields.discount: not a field of the reader schema (orders_v2.avsc"),
-    (lambda d: d["event_time"].update(formats=["iso8601"]), None,
-     "fields.created_at: the event time is"),
-    (lambda d: d["avro"].update(wire_format="plain"), None,
-     "wire_format plain: declare its one writer schema"),
-])
-def test_a_bad_avro_spec_is_refused_naming_the_file_and_the_field(tmp_path, change, files,
-                                                                 needle):
-    path = _spec_in(tmp_path, change, files)
-    with pytest.raises(SpecError) as err:
-        load_spec(path)
-    assert str(err.value).startswith(f"{path}: "), err.value
-    assert needle in str(err.value), err.value
-
-
-def test_a_float_measure_and_an_incompatible_version_are_refused():
-    floats = {**V2, "fields": [*V2["fields"][:3], {"name": "amount", "type": "double"},
-                               V2["fields"][4]]}
-    with pytest.raises(SpecError, match="amount: decimal.18,2. cannot be read from .double. "
-                                        "in inline schema.*not exact"):
-        parse_spec({**_yaml(), "avro": {"schemas": {1: floats}}})
-    ints = {**V1, "fields": [*V1["fields"][:3], {"name": "amount", "type": "string"}]}
-    with pytest.raises(SpecError, match=r"schemas\[1\] \(inline schema\): field 'amount' is "
-                                        r"\"string\", the reader schema"):
-        parse_spec({**_yaml(), "avro": {"schemas": {1: ints, 2: V2}}})
-    with pytest.raises(SpecError, match="give the schema inline here"):
-        parse_spec(_yaml())  # no spec file: no folder to read schema files in
-
-
-# ---- decoding on Spark ------------------------------------------------------------------------
 
 def test_both_versions_decode_into_one_shape_with_exact_decimals(spark, settings):
     big = Decimal("9999999999999999.99")  # decimal(18,2)'s largest: no double holds it

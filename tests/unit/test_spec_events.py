@@ -20,7 +20,7 @@ from testkit.spec_events import (
     table_windows_for_spec,
 )
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ORDERS = load_spec(EXAMPLES / "orders.yaml")
 APPS = load_spec(EXAMPLES / "app_events.yaml")
 # Every field type, a wide scale, a dimension renamed, two measures on one field, ISO and seconds.

@@ -23,7 +23,7 @@ import yaml
 from lakehouse.tables.reads import bronze_dates, read
 from testkit.runs import run_in
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")
