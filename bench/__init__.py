@@ -9,9 +9,15 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def write_result(kind: str, result: dict) -> Path:
-    """`result` (with an ISO `date`) to bench/results/<kind>-<day>.json, said on stdout."""
+    """`result` (with an ISO `date`) to bench/results/<kind>-<date>T<time>.json, said on stdout.
+    Never overwrites: the docs cite these files by name, so a later run of the same kind gets a
+    name of its own (a numeric suffix should two runs end in the same second)."""
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"{kind}-{result['date'][:10]}.json"
+    stamp = result["date"][:19].replace(":", "")
+    out, n = RESULTS / f"{kind}-{stamp}.json", 1
+    while out.exists():
+        n += 1
+        out = RESULTS / f"{kind}-{stamp}-{n}.json"
     out.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(f"written to {out}")
     return out

@@ -23,8 +23,8 @@ Drills (each prints what it did and what it verified):
                one writer at a time, contiguous Delta logs, each batch once, each offset once
 
 DRILLS_SCALE (default 1) scales the record counts (e.g. 0.05 for a quick run; the number of
-faults does not scale). The summary list goes to bench/results/drills-<YYYY-MM-DD>.json (each
-drill's newest result of the day); the exit status is non-zero when any drill fails.
+faults does not scale). The summary list goes to bench/results/drills-<YYYY-MM-DDTHHMMSS>.json (one
+file per run); the exit status is non-zero when any drill fails.
 """
 
 from __future__ import annotations
@@ -130,11 +130,9 @@ def main(argv: list[str] | None = None) -> int:
                  "scale": scale, "seed": args.seed}
     summary = [{**r.summary(), **run_facts} for r in results]
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"drills-{started.date().isoformat()}.json"
-    # The day's file keeps each drill's newest result: `--only` reruns replace just theirs.
-    ran = {r["drill"] for r in summary}
-    kept = [r for r in (json.loads(out.read_text()) if out.exists() else []) if r["drill"] not in ran]
-    out.write_text(json.dumps(kept + summary, indent=2, default=str) + "\n")
+    # One file per run, never overwritten (the docs cite these by name).
+    out = RESULTS / f"drills-{started.strftime('%Y-%m-%dT%H%M%S')}.json"
+    out.write_text(json.dumps(summary, indent=2, default=str) + "\n")
     print("\nsummary:")
     header = ("drill", "runs", "faults_injected", "records_checked", "lost", "duplicated",
               "wrong", "seconds", "passed")

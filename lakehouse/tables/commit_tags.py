@@ -107,8 +107,11 @@ def newest_stream_commit(settings: Settings, version: int | None = None) -> Stre
     the newest one, so one page of a few commits is the usual cost). None when bronze does not
     exist or holds no stream commit."""
     log = delta_log.open_table(settings, BRONZE.name)
-    if log is None:
-        return None
+    return None if log is None else stream_commit_in(log, version)
+
+
+def stream_commit_in(log, version: int | None = None) -> StreamCommit | None:
+    """`newest_stream_commit` on bronze's log already opened (a delta-rs `DeltaTable`)."""
     current = log.version()
     version = current if version is None else version
     limit = current - version + 8
