@@ -45,8 +45,9 @@ from lakehouse.config.settings import Settings
 from lakehouse.events.schema_registry import SchemasChanged, registered, with_registry_schemas
 from lakehouse.kafka.admin import topic_id, topic_offsets
 from lakehouse.tables import delta_log
+from lakehouse.tables.batch_plan import RECENT_COMMITS, BatchPlan, tagged
 from lakehouse.tables.catalog import BRONZE, INGEST_QUERY, LATE, OPEN, QUARANTINE, SKIPPED, STREAMING
-from lakehouse.tables.commit_tags import StreamCommit, batch_of, batch_tag, newest_stream_commit
+from lakehouse.tables.commit_tags import StreamCommit, batch_tag, newest_stream_commit
 from lakehouse.tables.locks import Fence, checkpoint_lock
 from lakehouse.tables.progress_reports import BatchReport, as_dict
 from spark_jobs import checkpoint as ckpt
@@ -209,8 +210,7 @@ def complete_pending_aggregates(spark: SparkSession, settings: Settings,
     if commit is None or commit.query is None or commit.batch_id is None:
         return False
     tag = (commit.query, commit.batch_id)
-    if any(batch_of(c.get("userMetadata")) == tag
-           for c in delta_log.commits(settings, STREAMING.name, 16)):
+    if tagged(delta_log.commits(settings, STREAMING.name, RECENT_COMMITS), *tag):
         return False
     wm = F.timestamp_millis(F.lit(commit.watermark_ms))
     rows = (read_changes(spark, settings, BRONZE, commit.version, commit.version)
@@ -244,30 +244,11 @@ def kafka_source(spark: SparkSession, settings: Settings, start: str = "earliest
 
 
 # ---------------------------------------------------------------------------------------------
-# Pure parts of a batch
-# ---------------------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-# ---------------------------------------------------------------------------------------------
 # One micro-batch
 # ---------------------------------------------------------------------------------------------
 def _label(spark: SparkSession, what: str) -> None:
     """Name the Spark jobs that follow (`make profile` groups them by this)."""
     spark.sparkContext.setJobDescription(f"ingest:{what}")
-
-
-def _already_appended(settings: Settings, table: str, query: str, batch_id: int) -> bool:
-    """Whether `table` holds this batch's append (a re-run after a crash): its recent commits
-    carry the batch's tag. Only the ingest query appends to these tables (under the checkpoint
-    lock), and nothing but maintenance commits in between, so a few commits back suffice."""
-    return any(batch_of(c.get("userMetadata")) == (query, batch_id)
-               for c in delta_log.commits(settings, table, 16))
 
 
 def _quarantined_by(spark: SparkSession, settings: Settings, batch_id: int, first_day: date,
@@ -294,7 +275,7 @@ def _bronze_commit_of(settings: Settings, query: str, batch_id: int) -> StreamCo
 
 
 def publish_windows(spark: SparkSession, settings: Settings, deltas: DataFrame | None,
-                    commit: StreamCommit, batch_id: int) -> None:
+                    commit: StreamCommit, batch_id: int, published: bool | None = None) -> None:
     """Publish the batch into `streaming_aggregates` in one commit: its window deltas added into
     the open windows, and the windows the next watermark closes marked final.
 
@@ -306,12 +287,16 @@ def publish_windows(spark: SparkSession, settings: Settings, deltas: DataFrame |
     rows that closed land in their `final` partition, never rewritten by the stream again.
 
     Exactly once: the stream is the one writer (under the checkpoint lock), and the commit
-    carries the batch's tag; a re-run batch finds it and publishes nothing twice."""
+    carries the batch's tag; a re-run batch finds it and publishes nothing twice (`published`:
+    whether it is there, when the caller has read the log already)."""
     window_ms = int(settings.window_size.total_seconds() * 1000)
     closes = commit.next_watermark_ms // window_ms > commit.watermark_ms // window_ms
     if deltas is None and not closes:
         return  # nothing added, and no window end in (watermark, next watermark]
-    if _already_appended(settings, STREAMING.name, commit.query, batch_id):
+    if published is None:
+        published = tagged(delta_log.commits(settings, STREAMING.name, RECENT_COMMITS),
+                           commit.query, batch_id)
+    if published:
         return
     _label(spark, "aggregates")
     open_rows = read_table(spark, settings, STREAMING).where(F.col("status") == OPEN)
@@ -380,17 +365,12 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
         # The batch's end offsets, from its write-ahead log entry: they stamp the bronze commit.
         ends = (ckpt.batch_offsets(spark, query.checkpoint, batch_id).sources[0] or {}).get(
             settings.events_topic) or {}
-        done = _bronze_commit_of(settings, app, batch_id)
-        previous = None
+        # Where the batch stands, from the logs, read once (a re-run finds its bronze commit).
+        plan = BatchPlan.read(settings, app, batch_id)
+        done, previous = plan.done, plan.previous
+        watermark_ms, earlier_version = plan.watermark_ms, plan.earlier_version
         if done is not None:  # a re-run whose appends all committed (bronze is the last)
-            watermark_ms = done.watermark_ms
-            earlier_version = done.version - 1
             query.recent.clear()
-        else:
-            previous = newest_stream_commit(settings)
-            watermark_ms = previous.next_watermark_ms if previous else 0
-            # Bronze before this batch; -1: no stream commit yet, so no earlier copy to find.
-            earlier_version = delta_log.version(settings, BRONZE.name) if previous else -1
         wm = F.timestamp_millis(F.lit(watermark_ms))
         stamp = [F.current_timestamp().alias("ingested_at"),
                  F.lit(batch_id).cast("long").alias("bronze_batch_id")]
@@ -428,7 +408,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
             # Only a registry changes a record's verdict between attempts (an id registered in
             # between); without one, a re-run that finds no bad record has none committed.
             quarantined_before = done is None and bool(facts.bad or from_registry) and \
-                _already_appended(settings, QUARANTINE.name, app, batch_id)
+                plan.appended(settings, QUARANTINE.name)
             if from_registry and done is None and facts.unknown_ids and not quarantined_before:
                 # Before any write: ids registered since the query started are decoded, not
                 # quarantined; the runner restarts the query with them and the batch re-runs.
@@ -450,7 +430,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                     query.fence.check()
                     bad = quarantine_projection(classified.where(~is_valid), settings)
                     _append(bad.select("*", *stamp), settings, QUARANTINE.name, tag)
-                if facts.late and not _already_appended(settings, LATE.name, app, batch_id):
+                if facts.late and not plan.appended(settings, LATE.name):
                     _label(spark, "late")
                     query.fence.check()
                     _append(late_projection(valid.where(is_late), settings, watermark_ms, batch_id),
@@ -470,24 +450,24 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 # The batch's ids, cut from its lineage: the next batches' dedup index.
                 chunk = on_time.select(*CHUNK_COLUMNS).localCheckpoint(eager=True)
 
-            def publish(earlier: DataFrame | None) -> None:
+            def publish(earlier: DataFrame | None, published: bool | None) -> None:
                 deltas = (aggregate_windows(counted_events(on_time, earlier, shape), settings)
                           if facts.on_time else None)
                 query.fence.check()
-                publish_windows(spark, settings, deltas, commit, batch_id)
+                publish_windows(spark, settings, deltas, commit, batch_id, published)
 
             earlier = (_earlier_ids(spark, settings, query.recent, previous, earlier_version,
                                     watermark_ms) if facts.on_time else None)
             from_index = earlier is not None and previous is not None and query.recent.keep
             try:
-                publish(earlier)
+                publish(earlier, plan.published)
             except Exception as exc:
                 if not from_index or LOST_BLOCK not in str(exc):
                     raise
                 # A lost block of the index (an executor gone): once more, from bronze. The
-                # publication is one commit, found by its tag should it have landed.
+                # publication is one commit, found by its tag (read again) should it have landed.
                 query.recent.clear()
-                publish(_bronze_above(spark, settings, earlier_version, watermark_ms))
+                publish(_bronze_above(spark, settings, earlier_version, watermark_ms), None)
 
             if done is None and previous is None:
                 query.recent.clear()  # bronze's first stream commit: nothing before it counts
