@@ -9,7 +9,16 @@ import dagster as dg
 from assets.observe.topic import topic_metadata
 from assets.pipelines import Pipeline
 from assets.resources import KafkaResource, LakehouseResource, SparkResource
-from lakehouse.tables.catalog import BRONZE, LATE, QUARANTINE, STREAMING
+from lakehouse.config.settings import Settings
+from lakehouse.tables.catalog import BRONZE, INGEST_QUERY, LATE, QUARANTINE, STREAMING
+from lakehouse.tables.locks import (
+    CATCH_UP_ROLE,
+    INGESTING_ROLES,
+    CheckpointBusy,
+    LockHolder,
+    acting_as,
+    checkpoint_holder,
+)
 from lakehouse.tables.progress_reports import BatchReport
 from spark_jobs import stream
 from spark_jobs.run_metadata import bronze_summary, streaming_summary
@@ -38,6 +47,35 @@ def _run_metadata(progresses: list[dict], seconds: float) -> dict:
             schema=BATCH_SCHEMA,
         ),
         "duration_s": round(seconds, 2),
+    }
+
+
+def stream_held_elsewhere(settings: Settings) -> LockHolder | None:
+    """Who else holds the pipeline's stream checkpoint now (the streaming service, another
+    catch-up), asked without Spark and without taking the lock; None when it is free (or held
+    by this very process, which is no one else)."""
+    holder = checkpoint_holder(settings, INGEST_QUERY)
+    return None if holder is None or holder.is_this_process else holder
+
+
+def ingesting_elsewhere(holder: LockHolder) -> str:
+    """Why no catch-up is needed: e.g. "the streaming service (pid 1234 on host, since
+    2026-11-27T10:00:00Z) holds the stream checkpoint 'ingest': it is ingesting; no catch-up
+    needed"."""
+    if holder.role in INGESTING_ROLES:
+        return f"{holder.describe()} holds {holder.lock}: it is ingesting; no catch-up needed"
+    return (f"{holder.describe()} holds {holder.lock}: the stream is in use; nothing to do "
+            "until it is released (the next catch-up ingests what arrives meanwhile)")
+
+
+def _skipped_metadata(holder: LockHolder, seconds: float) -> dict:
+    """What a catch-up that found the stream held by another runner says: it ingested nothing,
+    why, and who holds the stream."""
+    return {
+        **_run_metadata([], seconds),
+        "skipped": True,
+        "skip_reason": ingesting_elsewhere(holder),
+        "stream_holder": dg.MetadataValue.json(holder.as_metadata()),
     }
 
 
@@ -84,12 +122,28 @@ def ingest_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
         tables it writes are never advanced apart); each selected asset reports its side."""
         settings = lakehouse.settings_for(p.name)
         t0 = time.monotonic()
-        # Nothing new (decided from the checkpoint and the topic's offsets): no JVM, no query
-        # start, no Spark job; the metadata then comes from the Delta logs and delta-rs.
-        idle = stream.caught_up(settings)
-        progresses = [] if idle else stream.run_available_now(spark.session, settings)
+        # The streaming service (or another catch-up) holds the stream: it is ingesting, so this
+        # run has nothing to do. It says so and succeeds, ingesting nothing (asked first without
+        # Spark; asked again should the lock be taken between that question and this run's).
+        holder = stream_held_elsewhere(settings)
+        if holder is None:
+            try:
+                with acting_as(CATCH_UP_ROLE):  # what its lock says it is, should others ask
+                    # Nothing new (decided from the checkpoint and the topic's offsets): no JVM,
+                    # no query start, no Spark job; the metadata then comes from the Delta logs.
+                    idle = stream.caught_up(settings)
+                    progresses = [] if idle else stream.run_available_now(spark.session,
+                                                                          settings)
+            except CheckpointBusy:
+                if (holder := stream_held_elsewhere(settings)) is None:
+                    raise
+        if holder is not None:
+            context.log.info(f"skipped, nothing ingested by this run: "
+                             f"{ingesting_elsewhere(holder)}")
+            idle, progresses = True, []
         session = None if idle else spark.session
-        common = _run_metadata(progresses, time.monotonic() - t0)
+        common = (_skipped_metadata(holder, time.monotonic() - t0) if holder is not None
+                  else _run_metadata(progresses, time.monotonic() - t0))
         batch_ids = [r.batch_id for r in map(BatchReport.of, progresses) if r.executed]
         if bronze in context.selected_asset_keys:
             yield dg.MaterializeResult(asset_key=bronze, metadata={

@@ -2,7 +2,9 @@
 `<prefix>__<name>`), all running by default (cron in UTC, from settings):
 
 - `stream_catch_up_schedule` (CATCH_UP_CRON, every 5 minutes): one availableNow catch-up; skipped
-  while another catch-up is queued or running (the assets also share the `lakehouse_stream` pool).
+  while another catch-up is queued or running (the assets also share the `lakehouse_stream` pool),
+  and while another process holds the pipeline's stream checkpoint (the streaming service of
+  `make stream`: it is ingesting), the skip naming the holder (pid, host, since when).
 - `corrections_schedule` (CORRECTIONS_CRON, hourly): corrections for every date still within the
   correction horizon that has data, as one `reconcile_dates` run over the date range (single-run
   backfill policy): each date is proven against a replay in that run (blocking check).
@@ -27,6 +29,7 @@ from dagster import (
 )
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
+from assets.ingest import ingesting_elsewhere, stream_held_elsewhere
 from assets.pipelines import Pipeline
 from assets.resources import LakehouseResource
 from lakehouse.tables.reads import bronze_dates
@@ -59,12 +62,20 @@ def pipeline_schedules(p: Pipeline) -> tuple[ScheduleDefinition, ...]:
               job=catch_up_job, execution_timezone="UTC",
               default_status=DefaultScheduleStatus.RUNNING,
               description="Catch the stream up every few minutes (one run at a time).")
-    def stream_catch_up_schedule(context: ScheduleEvaluationContext):
+    def stream_catch_up_schedule(context: ScheduleEvaluationContext, lakehouse: LakehouseResource):
         active = context.instance.get_run_records(
             RunsFilter(job_name=catch_up_job.name, statuses=ACTIVE), limit=1)
         if active:
             return SkipReason(f"catch-up run {active[0].dagster_run.run_id} is still queued or "
                               "running")
+        try:  # asked of the kernel or the lock server, without Spark and without taking it
+            holder = stream_held_elsewhere(lakehouse.settings_for(p.name))
+        except Exception as exc:  # noqa: BLE001 - the run then says what is wrong, loudly
+            context.log.warning(f"who holds the stream checkpoint is unknown "
+                                f"({type(exc).__name__}: {exc}); requesting the catch-up")
+            holder = None
+        if holder is not None:
+            return SkipReason(ingesting_elsewhere(holder))
         return RunRequest()
 
     @schedule(name=p.named("corrections_schedule"), cron_schedule=settings.corrections_cron,

@@ -33,7 +33,14 @@ from lakehouse.kafka.admin import PartitionOffsets, ensure_topic, topic_offsets
 from lakehouse.kafka.topic_checks import retention_shortfall
 from lakehouse.kafka.topic_status import retention_ms
 from lakehouse.tables.catalog import INGEST_QUERY
-from lakehouse.tables.locks import CheckpointBusy, Fence, WriterLockLost, checkpoint_lock
+from lakehouse.tables.locks import (
+    SERVICE_ROLE,
+    CheckpointBusy,
+    Fence,
+    WriterLockLost,
+    checkpoint_lock,
+    set_role,
+)
 from lakehouse.tables.progress_reports import BatchReport, as_dict
 from service.metrics import exposing, serving
 from spark_jobs.progress import record_progress
@@ -340,6 +347,7 @@ def main() -> int:
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    set_role(SERVICE_ROLE)  # the catch-up schedules skip, naming it, while it holds a stream
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -14,6 +14,12 @@ date of the daily tables.
 
 The stream's lock is taken without waiting (a second runner fails at once with
 `CheckpointBusy`); a date's lock waits (a second corrections run of the date waits its turn).
+
+Who holds a lock can be asked without taking it (`checkpoint_holder`, `lock_holder`): the
+holder's pid, host, since when and what it is (the role a process declares with `set_role`, e.g.
+"the streaming service"). A local root answers from the kernel's table of file locks
+(/proc/locks), so the record a dead holder left in the lock file never counts as held; an
+object store from the lock server (pg_locks: a session that holds the advisory lock).
 """
 
 from __future__ import annotations
@@ -21,10 +27,13 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import socket
 import time
 from contextlib import contextmanager
-from datetime import date
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 from lakehouse.config.storage import local_path
@@ -80,12 +89,180 @@ def _key(root: str, name: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def _me() -> str:
-    return f"lakehouse {socket.gethostname()} pid {os.getpid()}"
+# What the stream's runners say they are (`set_role`, `checkpoint_lock(role=...)`): both ingest.
+SERVICE_ROLE = "the streaming service"
+CATCH_UP_ROLE = "a stream catch-up"
+INGESTING_ROLES = (SERVICE_ROLE, CATCH_UP_ROLE)
+
+_ROLE: str | None = None
+_ACTING_AS: ContextVar[str | None] = ContextVar("lakehouse_lock_role", default=None)
+
+
+def set_role(role: str | None) -> None:
+    """What this process is, as the locks it takes from now on record it (and `LockHolder`
+    reports it): e.g. "the streaming service"."""
+    global _ROLE
+    _ROLE = role
 
 
 @contextmanager
-def _pg_lock(url: str | None, root: str, name: str, what: str, wait_s: float | None):
+def acting_as(role: str):
+    """Within the block, the locks this thread (context) takes record `role` (e.g. "a stream
+    catch-up"), over the process's `set_role`."""
+    token = _ACTING_AS.set(role)
+    try:
+        yield
+    finally:
+        _ACTING_AS.reset(token)
+
+
+def _role(role: str | None) -> str | None:
+    return role or _ACTING_AS.get() or _ROLE
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """Who holds a lock now: as its record (file) or its session (PostgreSQL) says."""
+
+    lock: str  # what is locked, e.g. "the stream checkpoint 'ingest'"
+    pid: int | None
+    host: str | None
+    since: datetime | None
+    role: str | None  # what the holder said it is (`set_role`), None when it said nothing
+
+    @property
+    def is_this_process(self) -> bool:
+        return self.pid == os.getpid() and self.host in (None, socket.gethostname())
+
+    def describe(self) -> str:
+        """e.g. "the streaming service (pid 1234 on host, since 2026-11-27T10:00:00Z)"."""
+        where = " ".join(x for x in (f"pid {self.pid}" if self.pid is not None else "",
+                                     f"on {self.host}" if self.host else "") if x)
+        when = f"since {self.since.strftime('%Y-%m-%dT%H:%M:%SZ')}" if self.since else ""
+        detail = ", ".join(x for x in (where, when) if x)
+        who = self.role or "a process"
+        return f"{who} ({detail})" if detail else who
+
+    def as_metadata(self) -> dict:
+        return {"lock": self.lock, "pid": self.pid, "host": self.host, "role": self.role,
+                "since": self.since.isoformat() if self.since else None}
+
+
+def _me(role: str | None = None) -> str:
+    role = _role(role)
+    role = f" ({role})" if role else ""
+    return f"lakehouse {socket.gethostname()} pid {os.getpid()}{role}"
+
+
+_APP_NAME = re.compile(r"^lakehouse (\S+) pid (\d+)(?: \(([^)]*)\)?)?")
+_RECORD = re.compile(r"^pid (\d+)(?: on (\S+))?(?: since (\S+))?(?: \((.*)\))?$")
+
+
+def _record(role: str | None = None) -> str:
+    """What a file lock's holder writes into the lock file (its CheckpointBusy text, too)."""
+    since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    role = _role(role)
+    role = f" ({role})" if role else ""
+    return f"pid {os.getpid()} on {socket.gethostname()} since {since}{role}"
+
+
+def _parse_since(text: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+    except ValueError:
+        return None
+
+
+def _kernel_flock_pids(path: Path) -> tuple[list[int], list[int]] | None:
+    """The pids holding an flock on `path`'s inode per /proc/locks: (those on its device,
+    those on any device: overlay file systems may report the lower device). None when the
+    kernel has no such table (not Linux)."""
+    try:
+        table = Path("/proc/locks").read_text()
+        st = path.stat()
+    except FileNotFoundError:
+        return None if not Path("/proc/locks").exists() else ([], [])
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+    exact, inode_only = [], []
+    for line in table.splitlines():
+        fields = line.split()
+        if "->" in fields:  # a waiter, not a holder
+            continue
+        if len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        pid, where = fields[4], fields[5]
+        dev, _, ino = where.rpartition(":")
+        if ino != str(st.st_ino) or not pid.isdigit():
+            continue
+        inode_only.append(int(pid))
+        if dev == device:
+            exact.append(int(pid))
+    return exact, inode_only
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _file_holder(root: Path, name: str, what: str) -> LockHolder | None:
+    path = root / LOCKS_DIR / f"{name}.lock"
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None  # never taken
+    m = _RECORD.match(text)
+    pid, host, since, role = (int(m.group(1)), m.group(2), _parse_since(m.group(3)),
+                              m.group(4)) if m else (None, None, None, None)
+    pids = _kernel_flock_pids(path)
+    if pids is None:  # no kernel lock table: the record, believed while its pid lives here
+        if pid is None or host not in (None, socket.gethostname()) or not _alive(pid):
+            return None
+        return LockHolder(what, pid, host, since, role)
+    exact, inode_only = pids
+    if pid is not None and (pid in exact or pid in inode_only):
+        return LockHolder(what, pid, host, since, role)
+    if exact:  # held, by a process whose record is not (yet) written: the kernel's pid
+        return LockHolder(what, exact[0], socket.gethostname(), None, None)
+    return None  # a record left by a holder that is gone: not held
+
+
+def _pg_holder(url: str | None, root: str, name: str, what: str) -> LockHolder | None:
+    if not url:
+        raise LockUnavailable(f"{what} on the object store {root}: who holds it is kept by the "
+                              "lock server, and LAKEHOUSE_LOCK_URL is not set")
+    import psycopg2
+
+    key = _key(root, name)
+    classid, objid = (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF
+    conn = psycopg2.connect(url, application_name="lakehouse lock query", connect_timeout=10)
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("SELECT a.application_name, a.backend_start, a.client_hostname, "
+                        "host(a.client_addr) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                        "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::int8::oid "
+                        "AND l.objid = %s::int8::oid AND l.objsubid = 1 LIMIT 1", (classid, objid))
+            row = cur.fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        return None
+    app, started, client_host, client_addr = row
+    m = _APP_NAME.match(app or "")
+    if m:
+        return LockHolder(what, int(m.group(2)), m.group(1), started, m.group(3))
+    return LockHolder(what, None, client_host or client_addr, started, app or None)
+
+
+@contextmanager
+def _pg_lock(url: str | None, root: str, name: str, what: str, wait_s: float | None,
+             role: str | None = None):
     """Hold the advisory lock (root, name) on a connection of its own; yields its fence.
     `wait_s` None: fail at once when another session holds it."""
     if not url:
@@ -96,7 +273,7 @@ def _pg_lock(url: str | None, root: str, name: str, what: str, wait_s: float | N
     import psycopg2
 
     key = _key(root, name)
-    conn = psycopg2.connect(url, application_name=_me()[:63], connect_timeout=10)
+    conn = psycopg2.connect(url, application_name=_me(role)[:63], connect_timeout=10)
     conn.autocommit = True
     try:
         deadline = None if wait_s is None else time.monotonic() + wait_s
@@ -123,7 +300,8 @@ def _pg_lock(url: str | None, root: str, name: str, what: str, wait_s: float | N
 
 
 @contextmanager
-def _file_lock(root: Path, name: str, what: str, wait_s: float | None):
+def _file_lock(root: Path, name: str, what: str, wait_s: float | None,
+               role: str | None = None):
     path = root / LOCKS_DIR / f"{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -144,28 +322,48 @@ def _file_lock(root: Path, name: str, what: str, wait_s: float | None):
                                    f"{wait_s:.0f}s ({path})") from None
                 time.sleep(0.5)
         os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()}".encode())
+        os.write(fd, _record(role).encode())
         yield Fence()
     finally:
         os.close(fd)
 
 
 @contextmanager
-def _lock(settings, name: str, what: str, wait_s: float | None):
+def _lock(settings, name: str, what: str, wait_s: float | None, role: str | None = None):
     root = local_path(str(settings.root))
     if root is not None:
-        with _file_lock(root, name, what, wait_s) as fence:
+        with _file_lock(root, name, what, wait_s, role) as fence:
             yield fence
     else:
-        with _pg_lock(settings.lock_dsn, str(settings.root), name, what, wait_s) as fence:
+        with _pg_lock(settings.lock_dsn, str(settings.root), name, what, wait_s,
+                      role) as fence:
             yield fence
+
+
+def lock_holder(settings, name: str, what: str | None = None) -> LockHolder | None:
+    """Who holds lock `name` of `settings`' root now, None when nobody does; asked without
+    taking it (no Spark). The kernel (local root) or the lock server (object store) decides, so
+    a stale record of a holder that is gone is not a holder. Raises `LockUnavailable` for an
+    object store without LAKEHOUSE_LOCK_URL, and the server's errors when it cannot answer."""
+    what = what or name
+    root = local_path(str(settings.root))
+    if root is not None:
+        return _file_holder(root, name, what)
+    return _pg_holder(settings.lock_dsn, str(settings.root), name, what)
+
+
+def checkpoint_holder(settings, name: str = "ingest") -> LockHolder | None:
+    """Who holds the stream checkpoint `name` (`checkpoint_lock`) now: the streaming service,
+    a catch-up, ...; None when it is free."""
+    return lock_holder(settings, name, f"the stream checkpoint {name!r}")
 
 
 @contextmanager
-def checkpoint_lock(settings, name: str = "ingest"):
+def checkpoint_lock(settings, name: str = "ingest", role: str | None = None):
     """One runner per stream checkpoint (and so one writer of the tables it writes); fails at
-    once when held. Yields the `Fence` to check before each commit."""
-    with _lock(settings, name, f"the stream checkpoint {name!r}", None) as fence:
+    once when held. Yields the `Fence` to check before each commit. `role`: what the holder is,
+    as `checkpoint_holder` reports it (default: `acting_as`'s, else the process's `set_role`)."""
+    with _lock(settings, name, f"the stream checkpoint {name!r}", None, role) as fence:
         yield fence
 
 

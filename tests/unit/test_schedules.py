@@ -66,7 +66,8 @@ def test_catch_up_schedule_requests_a_run_unless_one_is_queued_or_running(root):
     # own instance from that ref, which would otherwise stay Dagster's current one after this
     # test (a dead weakref for the next test that loads definitions).
     with instance_for_test() as instance, build_schedule_context(
-            instance=instance, scheduled_execution_time=TICK) as context:
+            instance=instance, scheduled_execution_time=TICK,
+            resources=resources(root)) as context:
         assert isinstance(stream_catch_up_schedule(context), RunRequest)
         instance.add_run(DagsterRun(job_name="stream_catch_up", status=DagsterRunStatus.STARTED))
         assert isinstance(stream_catch_up_schedule(context), SkipReason)
