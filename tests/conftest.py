@@ -65,8 +65,8 @@ def pytest_collection_modifyitems(items):
 # there that asks for one of these fixtures fails before it is built; one that starts Spark or
 # opens a Kafka client in the test's process fails at that call. (A subprocess is not watched.)
 UNIT = REPO / "tests" / "unit"
-NOT_IN_UNIT = {"spark", "kafka_bootstrap", "instance_env", "scenario", "pg_lock_url",
-               "schema_registry"}
+NOT_IN_UNIT = {"spark", "spark_connect", "kafka_bootstrap", "instance_env", "scenario",
+               "pg_lock_url", "schema_registry"}
 
 
 def in_unit(item: pytest.Item) -> bool:
