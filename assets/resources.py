@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator
 from pyspark.sql import SparkSession
@@ -130,6 +130,15 @@ class SparkResource(LazyPySparkResource):
         description="Extra Spark settings for the run, on top of the pipeline's own "
                     "(spark_jobs.session.spark_conf).")
     _session: SparkSession | None = PrivateAttr(default=None)
+    _classic: bool = PrivateAttr(default=False)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        """With SPARK_REMOTE set, a run's steps use the Spark Connect server, except a run of the
+        stream's catch-up (or a generation switch), which stays classic as a whole: its
+        `foreachBatch` would run in the server's Python worker, away from the writer lock and
+        the fence this process holds, and one process holds one kind of session."""
+        run = context.run
+        self._classic = run is not None and runs_the_stream(run.job_name, run.asset_selection)
 
     @field_validator("spark_config")
     @classmethod
@@ -148,12 +157,25 @@ class SparkResource(LazyPySparkResource):
             from spark_jobs.session import get_spark
 
             self._session = get_spark(self.lakehouse.settings, extra=self.spark_config,
-                                      short_run=_one_run_process())
+                                      short_run=_one_run_process(), classic=self._classic)
         return self._session
 
     @property
     def session(self) -> SparkSession:
         return self.spark_session
+
+
+# The assets written by the stream's query (a catch-up), and the jobs that run it or take its
+# locks when a run names no asset selection.
+STREAM_ASSETS = ("bronze_events", "streaming_aggregates")
+STREAM_JOBS = ("stream_catch_up", "switch_generation", "__ASSET_JOB")
+
+
+def runs_the_stream(job_name: str, asset_selection) -> bool:
+    """Whether a run (its job, its asset keys; None: the job's own) runs the stream's query."""
+    if asset_selection is not None:
+        return any(key.path[-1] in STREAM_ASSETS for key in asset_selection)
+    return job_name.endswith(STREAM_JOBS)
 
 
 def _one_run_process() -> bool:

@@ -2,10 +2,11 @@
 
 `offsets/<batchId>` is the write-ahead log of a batch: written before the batch runs, it holds
 the watermark the batch uses (`batchWatermarkMs`) and the end offset of each source; the start
-is the previous batch's end (docs/design.md §12). Files are read through Hadoop's FileSystem so the
-same code works for local disk and object storage; with `spark=None` through `lakehouse.config.storage`
-(local disk or pyarrow's object-store clients): a run that finds nothing to do reads the
-checkpoint without starting a JVM (`spark_jobs.stream.caught_up`).
+is the previous batch's end (docs/design.md §12). Files are read through `lakehouse.config.storage` (local
+disk, or pyarrow's object-store clients), never the driver's JVM: a run that finds nothing to do
+reads the checkpoint without starting one (`spark_jobs.stream.caught_up`), and a Spark Connect run
+(no JVM in its process) reads it too. The `spark` arguments stay for the callers; only
+`move_aside` (the catch-up's, which always runs classic) renames through Hadoop's FileSystem.
 """
 
 from __future__ import annotations
@@ -20,20 +21,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def read_text(spark: SparkSession | None, path: str) -> str | None:
-    if spark is None:
-        return storage.read_text(path)
-    jvm = spark.sparkContext._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(hpath):
-        return None
-    stream = fs.open(hpath)
-    try:
-        data = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-    finally:
-        stream.close()
-    return str(data)
+def read_text(_spark: SparkSession | None, path: str) -> str | None:
+    return storage.read_text(path)
 
 
 @dataclass(frozen=True)
@@ -59,34 +48,14 @@ def query_id(spark: SparkSession, checkpoint: str) -> str | None:
     return json.loads(text)["id"] if text else None
 
 
-def batch_ids(spark: SparkSession | None, checkpoint: str, log: str) -> list[int]:
+def batch_ids(_spark: SparkSession | None, checkpoint: str, log: str) -> list[int]:
     """The batch ids of the checkpoint's `log` (`offsets`: started, `commits`: completed)."""
-    if spark is None:
-        return sorted(int(n) for n in storage.list_names(f"{checkpoint}/{log}") if n.isdigit())
-    jvm = spark.sparkContext._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/{log}")
-    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(hpath):
-        return []
-    return sorted(int(s.getPath().getName()) for s in fs.listStatus(hpath)
-                  if s.getPath().getName().isdigit())
+    return sorted(int(n) for n in storage.list_names(f"{checkpoint}/{log}") if n.isdigit())
 
 
-def last_committed_batch(spark: SparkSession | None, checkpoint: str) -> int | None:
-    if spark is None:
-        ids = batch_ids(None, checkpoint, "commits")
-        return ids[-1] if ids else None
-    jvm = spark.sparkContext._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/commits")
-    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(hpath):
-        return None
-    ids = [
-        int(s.getPath().getName())
-        for s in fs.listStatus(hpath)
-        if s.getPath().getName().isdigit()
-    ]
-    return max(ids) if ids else None
+def last_committed_batch(_spark: SparkSession | None, checkpoint: str) -> int | None:
+    ids = batch_ids(None, checkpoint, "commits")
+    return ids[-1] if ids else None
 
 
 def committed_position(spark: SparkSession | None, checkpoint: str, topic: str) -> dict[int, int]:
@@ -111,14 +80,7 @@ def move_aside(spark: SparkSession, checkpoint: str, suffix: str) -> str:
     return str(dst)
 
 
-def last_commit_time(spark: SparkSession | None, checkpoint: str) -> float | None:
+def last_commit_time(_spark: SparkSession | None, checkpoint: str) -> float | None:
     """Modification time (epoch seconds) of the newest batch commit: the checkpoint's age."""
-    last = last_committed_batch(spark, checkpoint)
-    if last is None:
-        return None
-    if spark is None:
-        return storage.modified_at(f"{checkpoint}/commits/{last}")
-    jvm = spark.sparkContext._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/commits/{last}")
-    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    return fs.getFileStatus(hpath).getModificationTime() / 1000
+    last = last_committed_batch(None, checkpoint)
+    return None if last is None else storage.modified_at(f"{checkpoint}/commits/{last}")

@@ -36,7 +36,6 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from lakehouse.config.settings import Settings
@@ -56,7 +55,7 @@ from lakehouse.tables.commit_tags import stream_watermark
 from lakehouse.tables.delta_log import open_table
 from lakehouse.tables.locks import CheckpointBusy, checkpoint_lock, date_lock
 from lakehouse.tables.stats import add_actions
-from spark_jobs.tables import tagged_commits
+from spark_jobs.tables import table_ref, tagged_commits
 
 # A partition is compacted once it holds this many files (bounded, not one per micro-batch).
 MIN_FILES = 10
@@ -154,8 +153,7 @@ def maintain_table(spark: SparkSession, settings: Settings, table: Table, today:
                 fence.check()
             where = "{} IN ({})".format(table.partition_by,
                                         ",".join(f"DATE'{d.isoformat()}'" for d in dates))
-            metrics = (DeltaTable.forPath(spark, path).optimize().where(where)
-                       .executeCompaction().first().metrics)
+            metrics = spark.sql(f"OPTIMIZE {table_ref(path)} WHERE {where}").first().metrics
             removed, added = metrics.numFilesRemoved, metrics.numFilesAdded
         hours = retention.total_seconds() / 3600
         # The log says what VACUUM would delete (delta-rs, milliseconds); Spark's VACUUM (seconds
@@ -166,7 +164,7 @@ def maintain_table(spark: SparkSession, settings: Settings, table: Table, today:
         if expired:
             for fence in fences:
                 fence.check()
-            DeltaTable.forPath(spark, path).vacuum(hours)
+            spark.sql(f"VACUUM {table_ref(path)} RETAIN {hours!r} HOURS")
     return Maintained(table.name, dates, files, removed, added, hours, expired)
 
 

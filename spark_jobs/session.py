@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -102,11 +103,60 @@ def spark_conf(settings: Settings, short_run: bool = False) -> dict[str, str]:
     }
 
 
+# The keys of `spark_conf` a Spark Connect session sets for itself (runtime SQL and Delta
+# settings); the others only take effect when a JVM starts: the server's launch takes them
+# (infra/spark/connect.py). The ones sized from the shuffle partitions are set only when
+# SPARK_SHUFFLE_PARTITIONS is given (else the server's, sized for its own machine or cluster).
+CONNECT_SESSION_KEYS = (
+    "spark.sql.session.timeZone", "spark.sql.adaptive.enabled",
+    "spark.sql.inMemoryColumnarStorage.compressed", "spark.sql.chunkBase64String.enabled",
+    "spark.sql.streaming.metricsEnabled", "spark.sql.streaming.numRecentProgressUpdates",
+    "spark.databricks.delta.schema.autoMerge.enabled",
+    "spark.databricks.delta.properties.defaults.enableChangeDataFeed",
+)
+CONNECT_SIZED_KEYS = ("spark.sql.shuffle.partitions", "spark.databricks.delta.snapshotPartitions",
+                      "spark.sql.sources.parallelPartitionDiscovery.parallelism")
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether `spark` is a Spark Connect client session (no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def connect_session(settings: Settings, extra: dict | None = None) -> SparkSession:
+    """A Spark Connect session on `settings.spark_remote` with the run's runtime settings
+    (`CONNECT_SESSION_KEYS`, and `extra`'s `spark.sql.*` keys). A key of `extra` that only takes
+    effect at a JVM's start (memory, cores) is refused: it belongs to the server's launch.
+    A process holding a Connect session is a Connect client for good (pyspark's functions
+    build Connect columns from then on): it starts no classic session afterwards."""
+    refused = sorted(k for k in (extra or {}) if not k.startswith("spark.sql."))
+    if refused:
+        raise ValueError(f"{', '.join(refused)}: not a session setting of a Spark Connect run "
+                         f"({settings.spark_remote}); it is the server's, set where it starts "
+                         "(SPARK_CONF_* in the environment of `make spark-up`)")
+    conf = spark_conf(settings)
+    keys = CONNECT_SESSION_KEYS + (CONNECT_SIZED_KEYS if settings.shuffle_partitions_explicit
+                                   else ())
+    session_conf = {**{k: conf[k] for k in keys}, **(extra or {})}
+    return SparkSession.builder.remote(settings.spark_remote).config(map=session_conf).getOrCreate()
+
+
 def get_spark(settings: Settings, extra: dict | None = None,
-              short_run: bool = False) -> SparkSession:
+              short_run: bool = False, classic: bool = False) -> SparkSession:
     """Create (or return the running) session configured for `settings`, plus `extra` keys
     (the Dagster resource's `spark_config`); `short_run`: see `spark_conf` (it only matters
-    when this call starts the JVM)."""
+    when this call starts the JVM). With SPARK_REMOTE set (`settings.spark_remote`) a Spark
+    Connect session (`connect_session`) unless `classic`: a driver in this process (the
+    streaming service and the catch-up always run one)."""
+    if settings.spark_remote and not classic:
+        return connect_session(settings, extra)
+    if "SPARK_CONNECT_MODE_ENABLED" in os.environ:
+        raise RuntimeError("this process already holds a Spark Connect session: it cannot start "
+                           "a classic one (run the catch-up and the service in processes of "
+                           "their own)")
+    # pyspark's builder reads SPARK_REMOTE itself: a classic session in a process whose
+    # environment sets it is built without it.
+    os.environ.pop("SPARK_REMOTE", None)
     builder = SparkSession.builder
     for key, value in {**spark_conf(settings, short_run), **(extra or {})}.items():
         builder = builder.config(key, value)

@@ -4,16 +4,44 @@ pipeline's tag on a block of commits. Names and columns are `lakehouse.tables.ca
 from __future__ import annotations
 
 import json
+import uuid
 from contextlib import contextmanager
 
-from delta.tables import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.config.settings import Settings
 from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import ALL_TABLES, BRONZE, Table
 from lakehouse.tables.commit_tags import PIPELINE_TAG
 from lakehouse.tables.generations import SPEC_PROPERTY, VERSION_PROPERTY
+
+# Delta's DML and utilities in their SQL forms on a path table (`table_ref`): they run
+# the same in a classic session and over Spark Connect, where Delta's Python `DeltaTable` needs
+# a Delta Connect plugin on the server (CONNECT_INVALID_PLAN.NO_HANDLER_FOR_EXTENSION without).
+
+
+def table_ref(path: str) -> str:
+    """A Delta table by its path, for SQL."""
+    return "delta.`{}`".format(path.replace("`", "``"))
+
+
+def quoted(name: str) -> str:
+    return "`{}`".format(name.replace("`", "``"))
+
+
+def sql_string(text: str) -> str:
+    return "'{}'".format(text.replace("\\", "\\\\").replace("'", "\\'"))
+
+
+def merge_into(spark: SparkSession, path: str, source: DataFrame, on: str, clauses: str) -> None:
+    """`MERGE INTO <path> AS t USING <source> AS s ON <on> <clauses>`; `source` as a temporary
+    view of this session, dropped afterwards."""
+    view = f"merge_source_{uuid.uuid4().hex}"
+    source.createOrReplaceTempView(view)
+    try:
+        spark.sql(f"MERGE INTO {table_ref(path)} AS t USING {view} AS s ON {on} {clauses}")
+    finally:
+        spark.catalog.dropTempView(view)
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
@@ -22,20 +50,19 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
     for table in ALL_TABLES:
         if delta_log.exists(settings, table.name):
             continue
-        path = settings.table_path(table.name)
-        builder = (
-            DeltaTable.createIfNotExists(spark)
-            .location(path)
-            .addColumns(spark.createDataFrame([], table.ddl_for(settings.shape)).schema)
-            .partitionedBy(*table.partition_columns)
-        )
+        properties = {}
         if table.change_data_feed:
-            builder = builder.property("delta.enableChangeDataFeed", "true")
+            properties["delta.enableChangeDataFeed"] = "true"
         if table is BRONZE:  # the spec version the tables are created under
-            builder = (builder.property(SPEC_PROPERTY, json.dumps(settings.results_inputs,
-                                                                  sort_keys=True))
-                       .property(VERSION_PROPERTY, settings.results_version))
-        builder.execute()
+            properties[SPEC_PROPERTY] = json.dumps(settings.results_inputs, sort_keys=True)
+            properties[VERSION_PROPERTY] = settings.results_version
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {table_ref(settings.table_path(table.name))} "
+            f"({table.ddl_for(settings.shape)}) USING delta "
+            f"PARTITIONED BY ({', '.join(map(quoted, table.partition_columns))})"
+            + (" TBLPROPERTIES ({})".format(", ".join(
+                f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items()))
+               if properties else ""))
 
 
 def migrate_layout(spark: SparkSession, settings: Settings, table: Table) -> bool:

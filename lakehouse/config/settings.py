@@ -206,6 +206,12 @@ def _topic(text: str) -> str:
     return text
 
 
+def _connect_url(text: str | None) -> str | None:
+    if text is not None and not text.startswith("sc://"):
+        raise ValueError("must be a Spark Connect URL: sc://host:port (e.g. sc://127.0.0.1:15002)")
+    return text
+
+
 def _iso_date(value: Any) -> Any:
     if isinstance(value, str):
         try:
@@ -277,6 +283,9 @@ class Settings(BaseSettings):
     partitions_start: IsoDate | None = _env("PARTITIONS_START")
     spark_ui: bool = _env("SPARK_UI", False)
     spark_driver_host: str = _env("SPARK_DRIVER_HOST", "127.0.0.1")
+    # SPARK_REMOTE (Spark's own name): a Spark Connect endpoint (`sc://127.0.0.1:15002`, `make
+    # spark-up`) that the daily runs use instead of a driver of their own; unset: classic.
+    spark_remote: Annotated[str | None, AfterValidator(_connect_url)] = _env("SPARK_REMOTE")
     # Pass-through families (`_PassThrough`); secret: SASL password, JAAS line, keys.
     spark_conf_extra: dict[str, SecretStr] = Field(default_factory=dict)
     kafka_options: dict[str, SecretStr] = Field(default_factory=dict)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from datetime import date
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -22,7 +21,7 @@ from lakehouse.config.settings import Settings
 from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import CORRECTIONS, LATE, RECONCILED
 from lakehouse.tables.commit_tags import PIPELINE_TAG
-from spark_jobs.tables import read_changes, read_table
+from spark_jobs.tables import merge_into, quoted, read_changes, read_table
 
 
 def _tag_parts(meta: str) -> tuple[str, str] | None:
@@ -103,11 +102,10 @@ def append_new(spark: SparkSession, settings: Settings, d: date, rows: DataFrame
     try:
         n = rows.count()
         if n:  # the MERGE only guards against a writer outside the date's lock
-            (DeltaTable.forPath(spark, settings.table_path(CORRECTIONS.name)).alias("t")
-             .merge(rows.alias("s"), f"t.event_date = DATE'{d.isoformat()}'"
-                    + "".join(f" AND t.{k} = s.{k}" for k in keys))
-             .whenNotMatchedInsertAll()
-             .execute())
+            merge_into(spark, settings.table_path(CORRECTIONS.name), rows,
+                       f"t.event_date = DATE'{d.isoformat()}'"
+                       + "".join(f" AND t.{quoted(k)} = s.{quoted(k)}" for k in keys),
+                       "WHEN NOT MATCHED THEN INSERT *")
         return n
     finally:
         rows.unpersist()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -17,7 +16,7 @@ from lakehouse.tables.catalog import CORRECTIONS, RECONCILED
 from lakehouse.tables.commit_tags import stream_watermark
 from lakehouse.tables.correction_result import CorrectionResult
 from spark_jobs.corrections.changelog import log_published
-from spark_jobs.tables import read_table
+from spark_jobs.tables import merge_into, quoted, read_table
 
 
 def _measures_equal(a: str, b: str, measures: tuple[str, ...]) -> F.Column:
@@ -133,19 +132,17 @@ def publish(
             *[F.col(f"after_{m}").alias(m) for m in measures],
             F.lit(now).alias("updated_at"),
         )
-        values = {c: F.col(f"s.{c}") for c in (
-            "event_date", "window_start", "window_end", *dims, *measures,
-            "revision", "status", "updated_at")}
+        columns = [quoted(c) for c in ("event_date", "window_start", "window_end", *dims,
+                                       *measures, "revision", "status", "updated_at")]
         before = delta_log.version(settings, RECONCILED.name)
         with result.timed("gold_merge"):
-            (
-                DeltaTable.forPath(spark, settings.table_path(RECONCILED.name)).alias("t")
-                .merge(src.alias("s"), date_pred + "".join(f" AND t.{k} = s.{k}" for k in keys))
-                .whenMatchedDelete(condition="s._action = 'remove'")
-                .whenMatchedUpdate(set=values)
-                .whenNotMatchedInsert(condition="s._action != 'remove'", values=values)
-                .execute()
-            )
+            merge_into(
+                spark, settings.table_path(RECONCILED.name), src,
+                date_pred + "".join(f" AND t.{quoted(k)} = s.{quoted(k)}" for k in keys),
+                "WHEN MATCHED AND s._action = 'remove' THEN DELETE "
+                "WHEN MATCHED THEN UPDATE SET " + ", ".join(f"t.{c} = s.{c}" for c in columns)
+                + " WHEN NOT MATCHED AND s._action != 'remove' THEN INSERT ("
+                + ", ".join(columns) + ") VALUES (" + ", ".join(f"s.{c}" for c in columns) + ")")
         if corrections_n:
             with result.timed("changelog"):
                 log_published(spark, settings, d, before, run_id, cause)
