@@ -32,7 +32,7 @@ os.environ.setdefault("PARTITIONS_START", "2025-01-01")
 # from the fixtures they use (any module-scoped one, and the session-scoped ones below, which are
 # worth building once per run rather than once per worker); any other test goes anywhere. Tests
 # marked `slow` go first (after pytest-randomly's shuffle) so that none is left for the end.
-SHARED_SESSION_FIXTURES = {"scenario"}
+SHARED_SESSION_FIXTURES = {"scenario", "spark_connect"}
 
 
 def xdist_group(item: pytest.Item) -> str | None:
@@ -300,3 +300,24 @@ def observe_stack(state: Path, stream_ports: list[int], rules_dir: Path | None =
             yield stack
         finally:
             stack.down()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory):
+    """One Spark Connect server for the test session (infra/spark/connect.py, the script behind
+    `make spark-up`) on a free port with its own state dir: (its sc:// URL, its server.log).
+    Runs use it with SPARK_REMOTE set in their own process (a process holding a Connect session
+    starts no classic one, so never in a test worker's). Stopped at the end."""
+    import subprocess
+    import sys
+
+    state = tmp_path_factory.mktemp("spark-connect")
+    cli = [sys.executable, str(REPO / "infra/spark/connect.py")]
+    args = ["--state-dir", str(state), "--port", str(free_port())]
+    up = subprocess.run([*cli, "up", *args], capture_output=True, text=True, timeout=600)
+    if up.returncode != 0:
+        pytest.fail(f"the Spark Connect server did not start: {up.stderr.strip() or up.stdout}")
+    try:
+        yield up.stdout.split(" on ", 1)[1].split()[0], state / "server.log"
+    finally:
+        subprocess.run([*cli, "down", *args], check=False, capture_output=True, timeout=120)
