@@ -12,6 +12,11 @@ One topic of RUN_PATH_EVENTS events (default 3,000) on one event date. Each roun
   with nothing new (what the hourly schedule mostly does);
 - `replay`: `replay_aggregates` alone for the date through Dagster; its peer the hand-written
   batch job (`handwritten.batch_job`) over the same offset range, in a fresh process.
+With RUN_PATH_CONNECT=sc://127.0.0.1:15002 (a running Connect server, `make spark-up`), each round
+also copies the caught-up root before its first reconcile and runs, with SPARK_REMOTE set:
+`reconcile_first_connect` / `reconcile_again_connect` on that copy and `replay_connect`: the same
+runs with the server warm, beside the cold classic ones (issue 44). RUN_PATH_RECONCILE_ONLY=1
+leaves out the peers and the replays (the reconcile comparison alone).
 Plus the fixed costs of a fresh process, each measured alone: importing the code location,
 Great Expectations, pyspark, and starting a SparkSession.
 RUN_PATH_ROUNDS rounds (default 3), medians and ratios (peer / product: >= 1 is the product
@@ -46,10 +51,13 @@ RECONCILE = "replay_aggregates,late_corrections,reconciled_aggregates"
 # `.jars` linked): its empty catch-up and reconcile_dates run on the same roots, interleaved,
 # reported as `baseline_*` (the before/after of a change, measured back to back).
 BASELINE = os.environ.get("RUN_PATH_BASELINE")
+CONNECT = os.environ.get("RUN_PATH_CONNECT")
+RECONCILE_ONLY = os.environ.get("RUN_PATH_RECONCILE_ONLY") == "1"
 
 
 def env(root: Path, topic: str, code: Path = REPO) -> dict[str, str]:
-    return {**os.environ, "LAKEHOUSE_ROOT": str(root), "EVENTS_TOPIC": topic,
+    plain = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "RUN_PATH_CONNECT")}
+    return {**plain, "LAKEHOUSE_ROOT": str(root), "EVENTS_TOPIC": topic,
             "DAGSTER_HOME": str(WORK / "dagster_home"), "PYTHONPATH": str(code),
             "GX_ANALYTICS_ENABLED": "false", "DAGSTER_DISABLE_TELEMETRY": "true",
             "TQDM_DISABLE": "1", "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
@@ -152,14 +160,19 @@ def main() -> int:
     print(f"  {fixed}", flush=True)
     runs: dict[str, list[float]] = {k: [] for k in (
         "catch_up", "naive_peer", "empty_catch_up", "reconcile_first", "reconcile_again",
-        "replay", "batch_peer")}
+        "replay", "batch_peer") if not (RECONCILE_ONLY and k in ("naive_peer", "replay",
+                                                                   "batch_peer"))}
     for i in range(rounds):
         print(f"round {i + 1}", flush=True)
         product = env(WORK / f"product-{i}", topic)
         runs["catch_up"].append(materialize(CATCH_UP, product, "catch_up"))
-        runs["naive_peer"].append(peer("stream", env(WORK / "peer", topic),
-                                       str(WORK / f"peer-{i}")))
+        if not RECONCILE_ONLY:
+            runs["naive_peer"].append(peer("stream", env(WORK / "peer", topic),
+                                           str(WORK / f"peer-{i}")))
         runs["empty_catch_up"].append(materialize(CATCH_UP, product, "empty_catch_up"))
+        if CONNECT:  # the same caught-up root, for the runs over Connect
+            shutil.copytree(WORK / f"product-{i}", WORK / f"connect-{i}")
+            remote = {**env(WORK / f"connect-{i}", topic), "SPARK_REMOTE": CONNECT}
         if BASELINE:
             before = env(WORK / f"product-{i}", topic, Path(BASELINE))
             runs.setdefault("baseline_empty_catch_up", []).append(
@@ -169,12 +182,27 @@ def main() -> int:
         if BASELINE:
             runs.setdefault("baseline_reconcile_again", []).append(
                 materialize(RECONCILE, before, "baseline_reconcile_again", day))
+        if CONNECT:
+            for kind in ("reconcile_first", "reconcile_again"):
+                runs.setdefault(f"{kind}_connect", []).append(
+                    materialize(RECONCILE, remote, f"{kind}_connect", day))
+        if RECONCILE_ONLY:
+            continue
         runs["replay"].append(materialize("replay_aggregates", product, "replay", day))
+        if CONNECT:
+            runs.setdefault("replay_connect", []).append(
+                materialize("replay_aggregates", remote, "replay_connect", day))
         ranges, _ = offset_ranges(Settings.from_env(product), day)
         runs["batch_peer"].append(peer("batch", env(WORK / "peer", topic),
                                        str(WORK / f"batch-{i}"), day.isoformat(),
                                        json.dumps({str(p): r for p, r in ranges.items()})))
     med = {k: round(statistics.median(v), 2) for k, v in runs.items()}
+    ratios = {} if RECONCILE_ONLY else {
+        "catch_up_ratio_vs_naive_peer": round(med["naive_peer"] / med["catch_up"], 2),
+        "replay_ratio_vs_batch_peer": round(med["batch_peer"] / med["replay"], 2)}
+    if CONNECT:  # classic cold / Connect warm: > 1 is Connect faster
+        ratios |= {f"{k}_classic_vs_connect": round(med[k] / med[f"{k}_connect"], 2)
+                   for k in ("reconcile_first", "reconcile_again", "replay") if k in med}
     result = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the end",
@@ -182,8 +210,8 @@ def main() -> int:
         "fixed_costs_s": fixed,
         "runs_s": {k: [round(x, 2) for x in v] for k, v in runs.items()},
         "median_s": med,
-        "catch_up_ratio_vs_naive_peer": round(med["naive_peer"] / med["catch_up"], 2),
-        "replay_ratio_vs_batch_peer": round(med["batch_peer"] / med["replay"], 2),
+        **({"connect": CONNECT} if CONNECT else {}),
+        **ratios,
         **({"baseline": BASELINE,
             "empty_catch_up_vs_baseline": round(med["empty_catch_up"]
                                                 / med["baseline_empty_catch_up"], 2),
