@@ -144,3 +144,48 @@ def test_copies_in_later_batches_of_one_run_count_once(instance_env, spark):
     assert sum(r["value_sum"] for r in rows) == sum(Decimal(f"{i}.5") for i in range(300))
     assert read(settings, "bronze_events").num_rows == 600
     assert read(settings, "late_events").num_rows == 0
+
+
+def test_a_clean_batch_opens_each_tables_log_once_before_its_writes(instance_env, spark,
+                                                                     monkeypatch):
+    """The batch reads what it needs from the logs once (`BatchPlan`) and acts on it: from the
+    batch's start to its first write, no table's log is opened twice (and a clean batch never
+    opens the quarantine's or the late lane's)."""
+    from lakehouse.tables import batch_plan
+
+    settings = instance_env
+    ensure_topic(settings)
+    end = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    clean = {"late_fraction": 0.0, "duplicate_fraction": 0.0, "malformed_fraction": 0.0}
+    produce(settings, generate(GeneratorConfig(count=200, seed=3, end=end, keys=3,
+                                               span=timedelta(minutes=3), **clean)).records)
+    stream.catch_up(spark, settings)  # the stream's first commit: the next batch has a previous
+    produce(settings, generate(GeneratorConfig(count=200, seed=4, end=end + timedelta(minutes=4),
+                                               keys=3, span=timedelta(minutes=3), **clean)).records)
+    events: list[tuple[str, str]] = []
+    real_open, real_read, real_append = (delta_log.open_table, batch_plan.BatchPlan.read,
+                                         stream._append)
+
+    def open_table(s, name, *args, **kwargs):
+        events.append(("open", name))
+        return real_open(s, name, *args, **kwargs)
+
+    def plan_read(s, query, batch_id):
+        events.append(("batch", str(batch_id)))
+        return real_read(s, query, batch_id)
+
+    def append(df, s, table, meta):
+        events.append(("write", table))
+        return real_append(df, s, table, meta)
+
+    monkeypatch.setattr(delta_log, "open_table", open_table)
+    monkeypatch.setattr(batch_plan.BatchPlan, "read", staticmethod(plan_read))
+    monkeypatch.setattr(stream, "_append", append)
+    progress = stream.catch_up(spark, settings)["ingest"]
+    assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [200]
+    start = events.index(("batch", str(progress[-1]["batchId"])))
+    first_write = events.index(("write", "bronze_events"), start)
+    opens = Counter(name for kind, name in events[start:first_write] if kind == "open")
+    assert opens and max(opens.values()) == 1, opens
+    assert not {"quarantined_events", "late_events"} & set(opens)
+    assert ("write", "quarantined_events") not in events and ("write", "late_events") not in events
