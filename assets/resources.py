@@ -17,10 +17,16 @@ from __future__ import annotations
 import os
 import re
 import sys
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    PARTITION_NAME_TAG,
+)
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator
 from pyspark.sql import SparkSession
@@ -28,7 +34,9 @@ from pyspark.sql import SparkSession
 from lakehouse.config.settings import Settings, SettingsError, is_credential
 from lakehouse.kafka.admin import ensure_topic
 from lakehouse.kafka.topic_status import TopicStatus, topic_status
+from lakehouse.tables.catalog import BRONZE
 from lakehouse.tables.generations import resolve
+from lakehouse.tables.stats import rows_of_dates
 from specs.pipeline import DEFAULT_PIPELINE, PipelineSpec, SpecError, pipeline_specs
 
 
@@ -131,6 +139,7 @@ class SparkResource(LazyPySparkResource):
                     "(spark_jobs.session.spark_conf).")
     _session: SparkSession | None = PrivateAttr(default=None)
     _classic: bool = PrivateAttr(default=False)
+    _short_run: bool = PrivateAttr(default=False)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         """With SPARK_REMOTE set, a run's steps use the Spark Connect server, except a run of the
@@ -139,6 +148,28 @@ class SparkResource(LazyPySparkResource):
         the fence this process holds, and one process holds one kind of session."""
         run = context.run
         self._classic = run is not None and runs_the_stream(run.job_name, run.asset_selection)
+        self._short_run = _one_run_process() and (run is None or self._small_run(run))
+
+    def _small_run(self, run) -> bool:
+        """Whether the run's input is at most SHORT_RUN_MAX_RECORDS records, from metadata (no
+        Spark): a catch-up's, the records past the stream's position; a daily run's, bronze's
+        rows of its dates (every date when it names none). Unknown (e.g. no broker): small, as
+        every run was before the size was looked at."""
+        try:
+            settings = self.lakehouse.settings_for(_pipeline_of(run))
+            if self._classic:
+                records = topic_status(settings).lag
+            else:
+                tags = run.tags or {}
+                first = tags.get(ASSET_PARTITION_RANGE_START_TAG) or tags.get(PARTITION_NAME_TAG)
+                last = tags.get(ASSET_PARTITION_RANGE_END_TAG) or first
+                dates = None if first is None else [
+                    date.fromordinal(o) for o in range(date.fromisoformat(first).toordinal(),
+                                                       date.fromisoformat(last).toordinal() + 1)]
+                records = rows_of_dates(settings, BRONZE.name, BRONZE.partition_by, dates)
+        except Exception:  # noqa: BLE001 - a guess only; the run itself reports real errors
+            return True
+        return records <= settings.short_run_max_records
 
     @field_validator("spark_config")
     @classmethod
@@ -157,7 +188,7 @@ class SparkResource(LazyPySparkResource):
             from spark_jobs.session import get_spark
 
             self._session = get_spark(self.lakehouse.settings, extra=self.spark_config,
-                                      short_run=_one_run_process(), classic=self._classic)
+                                      short_run=self._short_run, classic=self._classic)
         return self._session
 
     @property
@@ -176,6 +207,15 @@ def runs_the_stream(job_name: str, asset_selection) -> bool:
     if asset_selection is not None:
         return any(key.path[-1] in STREAM_ASSETS for key in asset_selection)
     return job_name.endswith(STREAM_JOBS)
+
+
+def _pipeline_of(run) -> str:
+    """The pipeline a run belongs to: a spec pipeline's jobs are `<name>__<job>`, its assets
+    `<prefix>/<key>` (a spec's prefix is its name unless it sets `asset_prefix`)."""
+    if "__" in run.job_name and not run.job_name.startswith("__"):
+        return run.job_name.split("__", 1)[0]
+    keys = list(run.asset_selection or ())
+    return keys[0].path[0] if keys and len(keys[0].path) > 1 else DEFAULT_PIPELINE
 
 
 def _one_run_process() -> bool:

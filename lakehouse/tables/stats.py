@@ -67,3 +67,17 @@ def _complete(actions: pa.Table, column: str, fold):
     if column not in actions.column_names or actions[column].null_count:
         return None
     return fold(actions[column]).as_py()
+
+
+def rows_of_dates(settings: Settings, name: str, column: str, dates: list | None) -> int:
+    """Rows of table `name` in the partitions of `column` holding `dates` (None: every row),
+    from the add actions' `numRecords` (0 when the table does not exist)."""
+    actions = add_actions(settings, name)
+    if actions is None or actions.num_rows == 0:
+        return 0
+    if dates is not None:
+        values = actions[f"partition.{column}"]
+        wanted = [d if pa.types.is_date(values.type) else d.isoformat() for d in dates]
+        actions = actions.filter(pc.is_in(values, value_set=pa.array(wanted, values.type)))
+    return int(pc.sum(actions["num_records"]).as_py() or 0)
+
