@@ -285,6 +285,8 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/vulture
+	$(VENV)/bin/dg check yaml
+	$(VENV)/bin/dg check defs
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean: kafka-down cluster-down observe-down registry-down spark-down

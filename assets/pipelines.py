@@ -22,7 +22,7 @@ from dagster import AssetKey, DailyPartitionsDefinition
 from assets.partitions import daily_event_dates, first_partition
 from assets.resources import DEFAULT_LAKEHOUSE
 from lakehouse.config.settings import Settings
-from specs.pipeline import pipeline_specs
+from specs.pipeline import PipelineSpec, pipeline_specs
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,9 +67,14 @@ class Pipeline:
 DEFAULT = Pipeline.of(DEFAULT_LAKEHOUSE.settings)
 
 
-def spec_pipelines(env: Mapping[str, str] | None = None) -> list[Pipeline]:
-    """The pipelines of the specs PIPELINES names, validated (a SpecError names the file and the
-    field); their settings are the default's with each spec on top."""
+def spec_pipeline(spec: PipelineSpec, env: Mapping[str, str] | None = None) -> Pipeline:
+    """A spec's pipeline: its settings the default's with the spec on top."""
     env = os.environ if env is None else env
-    return [Pipeline.of(spec.settings(DEFAULT.settings, env), spec.prefix)
-            for spec in pipeline_specs(env)]
+    return Pipeline.of(spec.settings(DEFAULT.settings, env), spec.prefix)
+
+
+def spec_pipelines(env: Mapping[str, str] | None = None) -> list[Pipeline]:
+    """The pipelines of the specs PIPELINES names and of the pipeline components in the defs
+    folder, validated (a SpecError names the file and the field)."""
+    env = os.environ if env is None else env
+    return [spec_pipeline(spec, env) for spec in pipeline_specs(env)]

@@ -70,8 +70,8 @@ class LakehouseResource(ConfigurableResource):
             if self._specs is None:
                 self._specs = {spec.name: spec for spec in pipeline_specs()}
             if pipeline not in self._specs:
-                raise SpecError(f"pipeline {pipeline!r} is not among PIPELINES "
-                                f"({', '.join(self._specs) or 'none'})")
+                raise SpecError(f"pipeline {pipeline!r} is not among PIPELINES and the "
+                                f"pipeline components ({', '.join(self._specs) or 'none'})")
             self._pipelines[pipeline] = _own_brokers(
                 self._specs[pipeline].settings(self.settings, os.environ))
         return resolve(self._pipelines[pipeline])

@@ -142,6 +142,11 @@ def _split_decimals(fields: Any) -> None:
                 f"({name}: 'decimal(p,s)') or declare the fields one per line")
 
 
+# A spec's YAML is flat: these keys go to its source and its event shape (`PipelineSpec._flat`).
+_SOURCE_KEYS = ("topic", "kafka_options", "secret_env")
+_SHAPE_KEYS = ("fields", "event_id", "event_time", "dimensions", "measures", "format", "avro")
+
+
 class PipelineSpec(BaseModel):
     """One pipeline: a topic in, its aggregates out, in `<root>/<tables>/` under asset keys
     prefixed with `asset_prefix` (the default pipeline: the root itself, no prefix)."""
@@ -161,12 +166,11 @@ class PipelineSpec(BaseModel):
         if not isinstance(data, Mapping):
             return data
         data = dict(data)
-        source = {k: data.pop(k) for k in ("topic", "kafka_options", "secret_env") if k in data}
+        source = {k: data.pop(k) for k in _SOURCE_KEYS if k in data}
         if source:
             data["source"] = {("options" if k == "kafka_options" else k): v
                               for k, v in source.items()}
-        shape = {k: data.pop(k) for k in ("fields", "event_id", "event_time", "dimensions",
-                                          "measures", "format", "avro") if k in data}
+        shape = {k: data.pop(k) for k in _SHAPE_KEYS if k in data}
         _split_decimals(shape.get("fields"))
         avro, topic = shape.get("avro"), source.get("topic")
         if isinstance(avro, Mapping) and isinstance(avro.get("registry"), Mapping) and \
@@ -254,8 +258,61 @@ def parse_spec(data: Any, where: str = "spec", folder: Path | None = None) -> Pi
         raise SpecError(_explain(exc, where)) from None
 
 
+def spec_json_schema() -> dict[str, Any]:
+    """The JSON schema of a spec's YAML (the attributes of a pipeline component: editors and
+    `dg check yaml`), derived from the models: its top-level keys, each with the JSON type its
+    model declares where the YAML writes that type too, `name` and `topic` required. What a key
+    holds is checked by `parse_spec`, with its messages (`dg check defs`, the code location's
+    load)."""
+    models = {"name": PipelineSpec, "tables": PipelineSpec, "asset_prefix": PipelineSpec,
+              "window": PipelineSpec, **dict.fromkeys(_SOURCE_KEYS, KafkaSource),
+              **dict.fromkeys(_SHAPE_KEYS, EventShape)}
+    model_names = {"window": "windows", "kafka_options": "options"}
+    properties = {}
+    for key, model in models.items():
+        declared = model.model_json_schema()["properties"][model_names.get(key, key)]
+        properties[key] = {k: v for k, v in declared.items() if k in ("type", "enum")}
+    return {"type": "object", "properties": properties, "required": ["name", "topic"],
+            "additionalProperties": False}
+
+
+# A pipeline declared as a Dagster component instance (docs/specs.md): a `defs.yaml` under the code
+# location's defs folder (LAKEHOUSE_DEFS_DIR, default orchestration/defs/, one folder per
+# pipeline), of this type, whose attributes are a spec's fields.
+PIPELINE_COMPONENT = "orchestration.components.PipelineComponent"
+DEFS_DIR = Path(__file__).resolve().parents[1] / "orchestration" / "defs"
+
+
+def defs_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The folder of the code location's component instances (LAKEHOUSE_DEFS_DIR)."""
+    env = os.environ if env is None else env
+    folder = Path(env.get("LAKEHOUSE_DEFS_DIR") or DEFS_DIR)
+    if not folder.is_dir():
+        raise SpecError(f"LAKEHOUSE_DEFS_DIR={folder}: no such folder")
+    return folder
+
+
+def shown(path: Path) -> str:
+    """A file as errors name it: relative to the working directory when under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def component_spec(attributes: Any, defs_yaml: Path) -> PipelineSpec:
+    """The spec of a pipeline component instance: its attributes validated as a spec file is,
+    errors naming its defs.yaml and the field; its files (Avro schemas) beside the defs.yaml."""
+    return parse_spec({} if attributes is None else attributes, shown(defs_yaml), defs_yaml.parent)
+
+
+def _component(data: Any) -> bool:
+    return isinstance(data, Mapping) and data.get("type") == PIPELINE_COMPONENT
+
+
 def load_spec(path: str | Path) -> PipelineSpec:
-    """A spec from a YAML file; errors name the file and the field."""
+    """A spec from a YAML file (or a pipeline component's defs.yaml); errors name the file and
+    the field."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
@@ -263,7 +320,26 @@ def load_spec(path: str | Path) -> PipelineSpec:
         raise SpecError(f"{path}: cannot read the spec ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not YAML ({exc})") from None
+    if _component(data):
+        return component_spec(data.get("attributes"), path)
     return parse_spec(data, str(path), path.parent)
+
+
+def declared_specs(folder: Path) -> dict[Path, PipelineSpec]:
+    """The pipelines declared as component instances under `folder`: every `defs.yaml` (or
+    `defs.yml`) document of type PIPELINE_COMPONENT, by file, validated (`component_spec`)."""
+    found = {}
+    for path in sorted([*folder.rglob("defs.yaml"), *folder.rglob("defs.yml")]):
+        try:
+            docs = [d for d in yaml.safe_load_all(path.read_text()) if _component(d)]
+        except yaml.YAMLError as exc:
+            raise SpecError(f"{shown(path)}: not YAML ({exc})") from None
+        if len(docs) > 1:
+            raise SpecError(f"{shown(path)}: declares {len(docs)} pipelines: one folder per "
+                            "pipeline")
+        if docs:
+            found[path] = component_spec(docs[0].get("attributes"), path)
+    return found
 
 
 def check_pipelines(specs: Iterable[PipelineSpec]) -> list[PipelineSpec]:
@@ -288,30 +364,47 @@ def _paths(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
-def deployment_specs(paths: Iterable[str], variable: str) -> list[PipelineSpec]:
+def deployment_specs(paths: Iterable[str], variable: str,
+                     declared: Mapping[Path, PipelineSpec] | None = None) -> list[PipelineSpec]:
     """The one validation of a deployment's specs, for every entry point (the code location's
-    PIPELINES, `make demo` and `make stream` with PIPELINE): each file loaded and validated,
-    none named `default`, and all checked side by side with the default pipeline (names,
-    folders, prefixes). `variable` (`PIPELINES=...`) heads a side-by-side error."""
-    paths = list(paths)
+    PIPELINES and component instances, `make demo` and `make stream` with PIPELINE): each file
+    loaded and validated, none named `default`, and all checked side by side with the default
+    pipeline (names, folders, prefixes). `variable` (`PIPELINES=...`) heads a side-by-side error.
+    `declared`: the component instances (`declared_specs`), after the files; a file that is one
+    of them is read once."""
+    declared = dict(declared or {})
+    known = {os.path.realpath(p) for p in declared}
+    paths = [p for p in paths if os.path.realpath(p) not in known]
     specs = [load_spec(path) for path in paths]
-    for path, spec in zip(paths, specs, strict=True):
+    files = {str(p): s for p, s in zip(paths, specs, strict=True)}
+    named = {**files, **{shown(p): s for p, s in declared.items()}}
+    firsts: dict[str, str] = {}
+    for path, spec in named.items():
         if spec.name == DEFAULT_PIPELINE:
             raise SpecError(f"{path}: name: {DEFAULT_PIPELINE!r} is the pipeline of "
                             "LAKEHOUSE_ROOT itself (unprefixed assets): choose another name")
+        if spec.name in firsts and path not in files:  # a component's name, taken before
+            raise SpecError(f"pipeline {spec.name!r} is declared twice, by {firsts[spec.name]} and "
+                            f"{path}: remove one or rename it")
+        firsts.setdefault(spec.name, path)
+    if declared:
+        variable += " with the pipeline components (" + ", ".join(map(shown, declared)) + ")"
     try:
-        check_pipelines([parse_spec({"name": DEFAULT_PIPELINE, "topic": "events"}), *specs])
+        check_pipelines([parse_spec({"name": DEFAULT_PIPELINE, "topic": "events"}),
+                         *named.values()])
     except SpecError as exc:
         raise SpecError(f"{variable}: {exc}") from None
-    return specs
+    return list(named.values())
 
 
 def pipeline_specs(env: Mapping[str, str] | None = None) -> list[PipelineSpec]:
-    """The specs PIPELINES names (comma-separated YAML paths, relative to the working directory):
-    the code location's pipelines beside the default one (`deployment_specs`)."""
+    """The specs PIPELINES names (comma-separated YAML paths, relative to the working directory),
+    then those declared as component instances in the defs folder (`declared_specs`): the code
+    location's pipelines beside the default one (`deployment_specs`)."""
     env = os.environ if env is None else env
     return deployment_specs(_paths(env.get("PIPELINES", "")),
-                            f"PIPELINES={env.get('PIPELINES', '')}")
+                            f"PIPELINES={env.get('PIPELINES', '')}",
+                            declared_specs(defs_dir(env)))
 
 
 def selected_pipeline(env: Mapping[str, str] | None = None
@@ -325,12 +418,15 @@ def selected_pipeline(env: Mapping[str, str] | None = None
     path = env.get("PIPELINE", "").strip()
     if not path:
         return None, base
-    listed = _paths(env.get("PIPELINES", ""))
+    declared = declared_specs(defs_dir(env))
+    listed = [p for p in _paths(env.get("PIPELINES", ""))
+              if os.path.realpath(p) not in {os.path.realpath(d) for d in declared}]
     same = [i for i, p in enumerate(listed) if os.path.realpath(p) == os.path.realpath(path)]
-    paths = listed if same else [*listed, path]
+    in_folder = [s for p, s in declared.items() if os.path.realpath(p) == os.path.realpath(path)]
+    paths = listed if same or in_folder else [*listed, path]
     specs = deployment_specs(paths, f"PIPELINE={path}" + (
-        f" with PIPELINES={env['PIPELINES']}" if listed else ""))
-    spec = specs[same[0] if same else -1]
+        f" with PIPELINES={env['PIPELINES']}" if listed else ""), declared)
+    spec = in_folder[0] if in_folder else specs[same[0] if same else len(paths) - 1]
     return spec, spec.settings(base, env)
 
 
