@@ -118,11 +118,6 @@ CONNECT_SIZED_KEYS = ("spark.sql.shuffle.partitions", "spark.databricks.delta.sn
                       "spark.sql.sources.parallelPartitionDiscovery.parallelism")
 
 
-def is_connect(spark: SparkSession) -> bool:
-    """Whether `spark` is a Spark Connect client session (no JVM in this process)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
 def connect_session(settings: Settings, extra: dict | None = None) -> SparkSession:
     """A Spark Connect session on `settings.spark_remote` with the run's runtime settings
     (`CONNECT_SESSION_KEYS`, and `extra`'s `spark.sql.*` keys). A key of `extra` that only takes
