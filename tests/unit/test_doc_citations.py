@@ -171,7 +171,7 @@ def test_the_checker_catches_overwritten_and_missing_files():
         "The scenario took **700 s** (`bench/results/cluster-2026-11-23.json`).",
         "On 2026-11-24: **442 s** for the scenario (`bench/results/cluster-2026-11-24.json`).",
         "| 2026-11-25 | **245 s** | `bench/results/cluster-2026-11-25.json` |",
-        "Timed the run path (`bench/results/run-path-<date>.json`).",
+        "Timed the run path (`bench/results/run-path-2026-11-25.json`).",  # never written
         "An empty catch-up in **5 s**, no file named.",
     ]
     for text in wrong:
