@@ -21,6 +21,7 @@ from specs.pipeline import (
     load_spec,
     parse_spec,
     pipeline_specs,
+    selected_pipeline,
     spec_json_schema,
 )
 
@@ -96,6 +97,9 @@ def test_a_component_and_a_spec_file_of_one_name_are_refused(tmp_path):
         pipeline_specs({**env, "PIPELINES": "examples/orders.yaml"})
     # PIPELINE may name a component's defs.yaml (make demo, make stream): read once.
     assert load_spec(path) == pipeline_specs(env)[0]
+    for chosen in ({**env, "PIPELINE": str(path)}, {**env, "PIPELINE": str(path), "PIPELINES": str(path)}):
+        spec, settings = selected_pipeline(chosen)
+        assert spec.name == settings.pipeline == "orders"
     with pytest.raises(SpecError, match="LAKEHOUSE_DEFS_DIR=.*: no such folder"):
         pipeline_specs({"LAKEHOUSE_DEFS_DIR": str(tmp_path / "missing")})
 
