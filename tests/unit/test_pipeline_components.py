@@ -137,32 +137,17 @@ def test_a_component_pipeline_gets_the_spec_pipelines_definitions(tmp_path):
     assert AssetKey(["orders", "reconciled_aggregates"]) in component.resolve_all_asset_keys()
 
 
-def test_dg_lists_and_checks_the_project_and_scaffolds_a_pipeline(tmp_path):
-    """`dg check yaml`, `dg check defs` and `dg list defs` pass on the project and list the
-    default pipeline's assets; `dg scaffold defs` writes a valid spec which, edited, is a
-    pipeline whose assets are under its prefix (LAKEHOUSE_DEFS_DIR points at the folder)."""
-    env = dg_env(tmp_path)
+def test_dg_checks_and_lists_the_project_with_a_scaffolded_pipeline(tmp_path):
+    """The scaffold `dg scaffold defs orchestration.components.PipelineComponent <path>` runs
+    (`scaffold_object`, in-process here; the command itself: the e2e test) writes a valid spec;
+    edited, it is a pipeline whose assets `dg list defs` lists under its prefix beside the
+    default pipeline's (LAKEHOUSE_DEFS_DIR points at its folder); `dg check yaml` and `dg check
+    defs` pass on the project. The three commands run side by side."""
+    from dagster.components.component_scaffolding import scaffold_object
+
     folder = tmp_path / "defs"
-    folder.mkdir()
-    run = {"cwd": REPO, "capture_output": True, "text": True, "timeout": 600}
-    scaffold = subprocess.Popen([DG, "scaffold", "defs", "orchestration.components.PipelineComponent",
-                                 str(folder / "parcels")], env=env, cwd=REPO, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    checks = [subprocess.Popen([DG, *cmd], env=env, cwd=REPO, text=True, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT)
-              for cmd in (["check", "yaml"], ["check", "defs"])]
-    listed = subprocess.run([DG, "list", "defs", "--json"], env=env, **run)
-    assert listed.returncode == 0, listed.stderr[-3000:]
-    assets = {a["asset_key"] for a in yaml.safe_load(listed.stdout)["assets"]}
-    assert {"raw_events", "bronze_events", "streaming_aggregates", "late_corrections",
-            "reconciled_aggregates", "replay_aggregates"} <= assets
-    assert not any("/" in a for a in assets)  # no pipeline component shipped
-    outs = [done.communicate(timeout=600)[0] for done in checks]
-    assert [done.returncode for done in checks] == [0, 0], "\n".join(o[-3000:] for o in outs)
-    assert "All component YAML validated successfully." in outs[0]
-    assert "All definitions loaded successfully." in outs[1]
-    out = scaffold.communicate(timeout=600)[0]
-    assert scaffold.returncode == 0, out[-3000:]
+    scaffold_object(folder / "parcels", "orchestration.components.PipelineComponent", None, "yaml",
+                    REPO)
     written = folder / "parcels" / "defs.yaml"
     assert written.read_text() == scaffold_text("parcels")
     assert load_spec(written).name == "parcels"
@@ -172,13 +157,22 @@ def test_dg_lists_and_checks_the_project_and_scaffolds_a_pipeline(tmp_path):
                               "fields": {**doc["attributes"]["fields"], "depot": "string"},
                               "dimensions": ["key", "depot"]})
     written.write_text(yaml.safe_dump(doc, sort_keys=False))
-    listed = subprocess.run([DG, "list", "defs", "--json"],
-                            env={**env, "LAKEHOUSE_DEFS_DIR": str(folder)}, **run)
-    assert listed.returncode == 0, listed.stderr[-3000:]
-    assets = {a["asset_key"] for a in yaml.safe_load(listed.stdout)["assets"]}
+    env = dg_env(tmp_path)
+    commands = {"yaml": (["check", "yaml"], env), "defs": (["check", "defs"], env),
+                "list": (["list", "defs", "--json"], {**env, "LAKEHOUSE_DEFS_DIR": str(folder)})}
+    running = {k: subprocess.Popen([DG, *cmd], env=e, cwd=REPO, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for k, (cmd, e) in commands.items()}
+    outs = {k: p.communicate(timeout=600) for k, p in running.items()}
+    assert {k: p.returncode for k, p in running.items()} == dict.fromkeys(commands, 0), {
+        k: (o + e)[-3000:] for k, (o, e) in outs.items()}
+    assert "All component YAML validated successfully." in outs["yaml"][0]
+    assert "All definitions loaded successfully." in "".join(outs["defs"])
+    assets = {a["asset_key"] for a in yaml.safe_load(outs["list"][0])["assets"]}
+    assert {"raw_events", "bronze_events", "streaming_aggregates", "late_corrections",
+            "reconciled_aggregates", "replay_aggregates"} <= assets
     assert {f"parcel/{a}" for a in ("raw_events", "bronze_events", "reconciled_aggregates",
                                     "replay_aggregates")} <= assets
-    assert "bronze_events" in assets  # beside the default pipeline
 
 
 def test_the_scaffold_is_a_valid_minimal_spec():
