@@ -15,10 +15,11 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 import importlib  # noqa: E402
 import types  # noqa: E402
+import warnings  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from dagster import ComponentTree, Definitions, in_process_executor  # noqa: E402
+from dagster import BetaWarning, ComponentTree, Definitions, PreviewWarning, in_process_executor  # noqa: E402
 
 from assets.pipelines import DEFAULT, Pipeline, spec_pipelines  # noqa: E402
 from assets.resources import DEFAULT_LAKEHOUSE, KafkaResource, LakehouseResource, LogPositionResource, SparkResource  # noqa: E402
@@ -39,8 +40,11 @@ def component_definitions(folder: Path) -> tuple[Definitions, list[str]]:
         module = types.ModuleType("lakehouse_defs")
         module.__file__, module.__path__ = None, [str(folder)]
     tree = ComponentTree.from_module(defs_module=module, project_root=PROJECT_ROOT)
-    built = tree.build_defs()
-    names = [c.spec.name for c in tree.get_all_components(of_type=PipelineComponent)]
+    with warnings.catch_warnings():  # Dagster's own loaders and code references, "in preview/beta"
+        warnings.simplefilter("ignore", PreviewWarning)
+        warnings.simplefilter("ignore", BetaWarning)
+        built = tree.build_defs()
+        names = [c.spec.name for c in tree.get_all_components(of_type=PipelineComponent)]
     read = sorted(s.name for s in declared_specs(folder).values())
     if sorted(names) != read:
         raise SpecError(f"{folder}: the pipeline components loaded ({', '.join(names) or 'none'}) "
