@@ -104,6 +104,21 @@ def test_a_component_and_a_spec_file_of_one_name_are_refused(tmp_path):
         pipeline_specs({"LAKEHOUSE_DEFS_DIR": str(tmp_path / "missing")})
 
 
+def test_the_resource_and_the_service_run_component_pipelines(tmp_path):
+    """What runs a pipeline outside the code location's load reads the components too: the
+    `lakehouse` resource (each run's settings) and `make stream` (`service_pipelines`)."""
+    from lakehouse.config.env import overridden
+    from specs.pipeline import service_pipelines
+
+    instance(tmp_path, "orders", orders())
+    env = {"LAKEHOUSE_DEFS_DIR": str(tmp_path), "LAKEHOUSE_ROOT": str(tmp_path / "lake")}
+    with overridden(env):
+        settings = LakehouseResource().settings_for("orders")
+        served = service_pipelines()
+    assert (settings.root, settings.events_topic) == (f"{tmp_path}/lake/orders", "orders")
+    assert [s.pipeline for s in served] == ["default", "orders"]
+
+
 def test_the_attributes_json_schema_takes_every_example_and_names_unknown_keys():
     schema = Draft202012Validator(spec_json_schema())
     for example in EXAMPLES.glob("*.yaml"):
