@@ -31,7 +31,7 @@ else
 $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
 endif
 
-.PHONY: setup system-deps materialize kafka-up kafka-down demo test test-unit ui stream bench bench-stages bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
+.PHONY: setup system-deps materialize kafka-up kafka-down demo test test-unit ui stream bench bench-stages bench-steps bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down registry-up registry-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster test-cluster-run \
 	observe-up observe-down daily-metrics dashboards test-alerts test-long spark-up spark-down \
@@ -255,6 +255,14 @@ bench-stages: setup kafka-up
 
 bench-service: setup kafka-up
 	$(PY) -m bench.service_run
+
+# An ingest batch's steps on a cached batch (no Kafka, no commits): µs a record by step
+# (bench.step_costs), and one step's variants A/B in the JVM's CPU seconds (bench.step_ab:
+# STEP_AB=bronze|windows).
+STEP_AB ?= bronze
+bench-steps: setup
+	$(PY) -m bench.step_costs
+	$(PY) -m bench.step_ab $(STEP_AB)
 
 # Where an ingest batch's time goes (50k, 270k, 2M records): Spark jobs by step, Delta commits
 # per table, the fixed cost of a one-record batch.

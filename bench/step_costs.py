@@ -41,6 +41,7 @@ def main() -> int:
     from pyspark.sql import functions as F
 
     from spark_jobs.session import get_spark
+    from spark_jobs.tables import ensure_tables
     from transforms.ingest import counted_events
     from transforms.parse import classify, valid_columns
     from transforms.windows import aggregate_windows
@@ -81,11 +82,13 @@ def main() -> int:
     time_it("scan (cached input)", lambda _: raw.write.format("noop").mode("overwrite").save())
     time_it("classify", lambda _: classified().write.format("noop").mode("overwrite").save())
     time_it("classify + cache + counts", lambda _: cached_valid().unpersist())
-    bronze = f"{tmp}/bronze"
+    ensure_tables(spark, settings)  # bronze as the stream writes it (its statistics columns)
 
     def write_bronze(c):
-        (c.where(F.col("reason").isNull()).select(*valid_columns(shape))
-         .write.format("delta").mode("append").save(bronze))
+        (c.where(F.col("reason").isNull()).select(
+            *valid_columns(shape), F.current_timestamp().alias("ingested_at"),
+            F.lit(0).cast("long").alias("bronze_batch_id"))
+         .write.format("delta").mode("append").save(settings.table_path("bronze_events")))
 
     time_it("bronze write (from the cache)", write_bronze, cached_valid)
 

@@ -1,0 +1,148 @@
+"""A/B of one ingest step's variants on a cached batch, interleaved round by round, priced in the
+driver JVM's CPU seconds (its /proc utime + stime), which a loaded machine distorts much less
+than wall time. The batch is BENCH_STEP_EVENTS generated records (default 200,000: a steady
+batch at 20,000 events/s), classified once and cached; medians of BENCH_STEP_ROUNDS (5) after
+the first (JIT warm-up). Written to bench/results/step-ab-<experiment>-<timestamp>.json.
+
+    python -m bench.step_ab bronze      # bronze's append: the catalog's statistics columns vs
+                                        # Delta's default (every column), codecs
+    python -m bench.step_ab windows     # dedup + windows: the fingerprint as two long sums vs a
+                                        # decimal per row; dedup's share
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+from bench import write_result  # noqa: E402
+from bench.step_costs import _raw_frame  # noqa: E402
+from lakehouse.config.settings import Settings  # noqa: E402
+
+
+def _bronze(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[], Callable]]:
+    from pyspark.sql import functions as F
+
+    from lakehouse.tables.catalog import BRONZE
+    from spark_jobs.tables import STATS_COLUMNS
+
+    rows = valid.select("*", F.current_timestamp().alias("ingested_at"),
+                        F.lit(0).cast("long").alias("bronze_batch_id"))
+    made = [0]
+
+    def table(properties: dict[str, str], options: dict[str, str] | None = None):
+        made[0] += 1
+        path = f"{tmp}/bronze-{made[0]}"
+        props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+        spark.sql(f"CREATE TABLE delta.`{path}` ({BRONZE.ddl}) USING delta PARTITIONED BY "
+                  f"(event_date)" + (f" TBLPROPERTIES ({props})" if props else ""))
+
+        def run():
+            writer = rows.write.format("delta").mode("append")
+            for k, v in (options or {}).items():
+                writer = writer.option(k, v)
+            writer.save(path)
+        return run
+
+    catalog = {STATS_COLUMNS: ",".join(BRONZE.stats_columns)}
+    return {
+        "statistics of every column (Delta's default)": lambda: table({}),
+        "statistics of the catalog's columns": lambda: table(catalog),
+        "no statistics": lambda: table({"delta.dataSkippingNumIndexedCols": "0"}),
+        "catalog's columns, zstd": lambda: table(catalog, {"compression": "zstd"}),
+    }
+
+
+def _windows(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[], Callable]]:
+    from pyspark.sql import functions as F
+
+    import transforms.windows as W
+    from transforms.ingest import counted_events
+    from transforms.windows import aggregate_windows
+
+    shape = settings.shape
+
+    def aggregate(events, fingerprint_sum=None):
+        def run():
+            kept = W.fingerprint_sum
+            if fingerprint_sum is not None:
+                W.fingerprint_sum = fingerprint_sum
+            try:
+                aggregate_windows(events, settings).write.format("noop").mode("overwrite").save()
+            finally:
+                W.fingerprint_sum = kept
+        return run
+
+    def decimal_per_row(c):
+        return F.sum(W.fingerprint(c)).cast("decimal(38,0)")
+
+    deduped = counted_events(valid, None, shape)
+    return {
+        "dedup + windows (fingerprint: two long sums)": lambda: aggregate(deduped),
+        "dedup + windows (fingerprint: a decimal per row)":
+            lambda: aggregate(deduped, decimal_per_row),
+        "windows without the dedup": lambda: aggregate(valid),
+    }
+
+
+EXPERIMENTS = {"bronze": _bronze, "windows": _windows}
+
+
+def main() -> int:
+    from pyspark.sql import functions as F
+
+    from spark_jobs.session import get_spark
+    from transforms.parse import classify, valid_columns
+
+    experiment = sys.argv[1] if len(sys.argv) > 1 else ""
+    if experiment not in EXPERIMENTS:
+        print(f"usage: python -m bench.step_ab {{{','.join(EXPERIMENTS)}}}", file=sys.stderr)
+        return 2
+    n = int(os.environ.get("BENCH_STEP_EVENTS", "200000"))
+    rounds = int(os.environ.get("BENCH_STEP_ROUNDS", "5"))
+    tmp = tempfile.mkdtemp(prefix="step-ab-")
+    settings = Settings(lakehouse_root=tmp)
+    spark = get_spark(settings)
+    spark.conf.set("spark.sql.adaptive.enabled", "false")  # as the ingest query's session
+    raw = _raw_frame(spark, n)
+    classified = classify(raw, settings).persist()
+    valid = classified.where(F.col("reason").isNull()).select(
+        *valid_columns(settings.shape)).cache()
+    valid.count()
+    variants = EXPERIMENTS[experiment](spark, settings, valid, tmp)
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu_s() -> float:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    seconds: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(rounds):
+        for name, make in variants.items():
+            run = make()
+            t0 = cpu_s()
+            run()
+            seconds[name].append(round(cpu_s() - t0, 3))
+    steps = {}
+    for name, values in seconds.items():
+        median = statistics.median(values[1:] if len(values) > 2 else values)
+        steps[name] = {"cpu_s_median": round(median, 3),
+                       "cpu_us_per_record": round(median / n * 1e6, 2), "cpu_s": values}
+        print(f"{name:55s} {steps[name]['cpu_us_per_record']:6.2f} µs CPU a record")
+    write_result(f"step-ab-{experiment}", {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"), "events": n, "rounds": rounds,
+        "load_avg": os.getloadavg(), "valid_events": valid.count(), "steps": steps})
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
