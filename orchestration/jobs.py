@@ -10,6 +10,7 @@ from assets.maintain import maintenance_op
 from assets.observe.freshness import freshness_checks_for
 from assets.pipelines import Pipeline
 from assets.reconcile.checks import data_checks
+from assets.redrive import redrive_ops
 
 # Whole runs that write the same tables queue behind each other (the instance's
 # `tag_concurrency_limits`, infra/dagster*.yaml): a run keeps its Spark session between its
@@ -64,6 +65,19 @@ def pipeline_jobs(p: Pipeline) -> dict:
     def switch_generation_job():
         switch_generation()
 
+    redrive, reconcile_redriven = redrive_ops(p)
+
+    # Partitioned by quarantine date (the records' broker date); queued with the daily writers.
+    @job(name=p.named("redrive_quarantine"), partitions_def=p.partitions,
+         tags=writes(p, "daily"),
+         description="Give a date's quarantined records a second chance after a fix upstream "
+                     "(a schema registered, ...): re-classify them with today's spec and "
+                     "registry, land those that now pass exactly once (bronze and the late "
+                     "lane), mark them redriven (never deleted), then correct, replay and prove "
+                     "the event dates they landed in. Config: the reasons (default: all).")
+    def redrive_quarantine_job():
+        reconcile_redriven(redrive())
+
     jobs = [
         define_asset_job(
             p.named("stream_catch_up"),
@@ -104,6 +118,7 @@ def pipeline_jobs(p: Pipeline) -> dict:
                         "every check evaluated)."),
         table_maintenance_job,
         switch_generation_job,
+        redrive_quarantine_job,
     ]
     prefix = p.named("")
     return {j.name.removeprefix(prefix): j for j in jobs}

@@ -54,7 +54,13 @@ from spark_jobs import checkpoint as ckpt
 from spark_jobs.generations import apply_spec
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import CHUNK_COLUMNS, RecentIds, free_checkpointed
-from spark_jobs.tables import ensure_tables, migrate_layout, read_changes, read_table
+from spark_jobs.tables import (
+    add_missing_columns,
+    ensure_tables,
+    migrate_layout,
+    read_changes,
+    read_table,
+)
 from transforms.avro import schema_id
 from transforms.ingest import counted_events, fold_into_open, late_projection, next_watermark_ms
 from transforms.parse import classify, quarantine_projection, valid_columns
@@ -494,6 +500,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
     settings = with_registry_schemas(settings)
     ensure_tables(spark, settings)
     migrate_layout(spark, settings, STREAMING)
+    add_missing_columns(spark, settings, QUARANTINE)  # the redrive's columns (spark_jobs.redrive)
     if applied := apply_spec(spark, settings):  # a spec edit takes effect here, under the lock
         print(f"{settings.pipeline}: {applied}", flush=True)
     topic = check_topic(settings)

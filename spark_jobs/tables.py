@@ -82,6 +82,30 @@ def migrate_layout(spark: SparkSession, settings: Settings, table: Table) -> boo
     return True
 
 
+def missing_columns(spark: SparkSession, settings: Settings, table: Table) -> list:
+    """The catalog's columns of `table` that the existing table lacks (fields of a StructType;
+    none when the table does not exist)."""
+    found = delta_log.open_table(settings, table.name, without_files=True)
+    if found is None:
+        return []
+    have = {f.name for f in found.schema().fields}
+    target = spark.createDataFrame([], table.ddl_for(settings.shape)).schema
+    return [f for f in target.fields if f.name not in have]
+
+
+def add_missing_columns(spark: SparkSession, settings: Settings, table: Table) -> list[str]:
+    """Add the catalog's columns a table created by an older release lacks (one ALTER TABLE
+    commit; old rows read null in them; a DataFrame without them still appends). Callers hold
+    the table's writer lock. The names added."""
+    missing = missing_columns(spark, settings, table)
+    if missing:
+        columns = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in missing)
+        spark.sql(f"ALTER TABLE {table_ref(settings.table_path(table.name))} "
+                  f"ADD COLUMNS ({columns})")
+        print(f"{table.name}: columns added: {', '.join(f.name for f in missing)}", flush=True)
+    return [f.name for f in missing]
+
+
 def read_table(spark: SparkSession, settings: Settings, table: Table, version: int | None = None):
     reader = spark.read.format("delta")
     if version is not None:

@@ -13,6 +13,8 @@
   a process of its own (the process the drills kill).
 - `failing_bronze_append`: in-process, an ingest batch fails where it would append to bronze
   (its quarantine and late-lane commits made): a crash between its commits, for a re-run.
+- `failing_redrive_mark`: in-process, a quarantine redrive fails after its late-lane and bronze
+  appends, before it marks the quarantine.
 
 Used by the drills (`python -m bench.drills`) and by tests/e2e/test_service.py.
 """
@@ -55,6 +57,27 @@ def failing_bronze_append() -> Iterator[None]:
         yield
     finally:
         stream._append = real
+
+
+REDRIVE_CRASH = "crashed before the redrive's quarantine mark"
+
+
+@contextmanager
+def failing_redrive_mark() -> Iterator[None]:
+    """Within the block, a quarantine redrive raises REDRIVE_CRASH where it would mark its
+    records redriven (its late-lane and bronze appends made): a crash between its commits."""
+    from spark_jobs import redrive
+
+    real = redrive._mark
+
+    def mark(*_args, **_kwargs):
+        raise RuntimeError(REDRIVE_CRASH)
+
+    redrive._mark = mark
+    try:
+        yield
+    finally:
+        redrive._mark = real
 
 
 def _spawn(args: list[str], env, log_path: str | Path | None) -> subprocess.Popen:

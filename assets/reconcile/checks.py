@@ -26,6 +26,7 @@ from lakehouse.kafka.admin import topic_offsets
 from lakehouse.tables.catalog import LATE, RECONCILED, REPLAY, STREAMING
 from lakehouse.tables.commit_tags import bronze_position
 from spark_jobs.corrections import latest_state
+from spark_jobs.redrive import redriven_counts
 from spark_jobs.replay import latest_replay, missing_offsets
 from spark_jobs.tables import read_table
 
@@ -104,6 +105,8 @@ def prove_dates(session, settings, dates) -> AssetCheckResult:
                 (v.data_docs for v in failing + verdicts if v.data_docs), None)) else {}),
             "data_docs_by_date": MetadataValue.json({v.event_date: v.data_docs for v in verdicts}),
             "log_positions": MetadataValue.json(positions),
+            # Records in the proven dates that a quarantine redrive landed (spark_jobs.redrive).
+            "redriven_records": MetadataValue.json(redriven_counts(session, settings, list(dates))),
         },
     )
 

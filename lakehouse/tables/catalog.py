@@ -101,9 +101,15 @@ QUARANTINE = Table(
     fixed("""reason STRING NOT NULL, detail STRING, topic STRING NOT NULL, partition INT NOT NULL,
     offset BIGINT NOT NULL, kafka_timestamp TIMESTAMP NOT NULL, value_bytes INT,
     raw_key STRING, raw_value STRING, quarantine_date DATE NOT NULL,
-    ingested_at TIMESTAMP NOT NULL, bronze_batch_id BIGINT NOT NULL"""),
+    ingested_at TIMESTAMP NOT NULL, bronze_batch_id BIGINT NOT NULL,
+    redriven_at TIMESTAMP, redrive_run_id STRING, redriven_to STRING"""),
     "quarantine_date",
 )
+# A quarantined record a redrive (spark_jobs.redrive) found valid is marked, never deleted:
+# `redriven_at`, the run (`redrive_run_id`) and where it landed (`redriven_to`, REDRIVEN_TO: bronze
+# and the late lane). Null in all three: still quarantined. Added to tables created before
+# 2026-11-27 by `spark_jobs.tables.add_missing_columns` (nullable, old rows null).
+REDRIVEN_TO = "bronze_events+late_events"
 # `streaming_aggregates` statuses: a window is open until the watermark passes its end.
 OPEN, FINAL = "open", "final"
 STREAMING = Table(

@@ -95,6 +95,24 @@ def batch_of(user_metadata: str | None) -> tuple[str, int] | None:
     return None
 
 
+# The commits of a quarantine redrive (spark_jobs.redrive: its late-lane and bronze appends and
+# its quarantine MERGE) carry the quarantine date and the run: `lakehouse-redrive:<date>:<run id>`.
+REDRIVE_TAG = "lakehouse-redrive:"
+
+
+def redrive_tag(quarantine_date, run_id: str) -> str:
+    return f"{REDRIVE_TAG}{quarantine_date.isoformat()}:{run_id}"
+
+
+def redrive_of(user_metadata: str | None) -> tuple[str, str] | None:
+    """(quarantine date, run id) of a redrive's commit, from its userMetadata."""
+    meta = user_metadata or ""
+    if not meta.startswith(REDRIVE_TAG):
+        return None
+    day, _, run = meta[len(REDRIVE_TAG):].partition(":")
+    return day, run
+
+
 def stream_commits(settings: Settings, limit: int) -> list[StreamCommit]:
     """The stream commits among bronze's newest `limit` commits, newest first."""
     return [c for c in map(StreamCommit.parse, delta_log.commits(settings, BRONZE.name, limit))

@@ -1,0 +1,35 @@
+"""A quarantine created before the redrive existed gains the redrive's columns (nullable, old rows
+null), and the stream's append (a frame without them) still lands in it."""
+
+from datetime import UTC, date, datetime
+
+
+def test_an_old_quarantine_gains_the_redrive_columns_and_still_takes_appends(spark, tmp_path):
+    from lakehouse.config.settings import Settings
+    from lakehouse.tables.catalog import QUARANTINE
+    from spark_jobs.tables import add_missing_columns, ensure_tables, missing_columns, table_ref
+
+    settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path / "lake")})
+    old_ddl = QUARANTINE.ddl.split("redriven_at")[0].rstrip().rstrip(",")  # before 2026-11-27
+    assert "redrive" not in old_ddl
+    path = settings.table_path(QUARANTINE.name)
+    spark.sql(f"CREATE TABLE {table_ref(path)} ({old_ddl}) USING delta "
+              "PARTITIONED BY (quarantine_date)")
+    now = datetime.now(UTC)
+    row = ("invalid_json", None, "t", 0, 5, now, 3, None, "e30=", date(2026, 11, 27), now, 1)
+    spark.createDataFrame([row], old_ddl).write.format("delta").mode("append").save(path)
+    ensure_tables(spark, settings)  # creates the other tables, leaves this one as it is
+    assert [f.name for f in missing_columns(spark, settings, QUARANTINE)] == [
+        "redriven_at", "redrive_run_id", "redriven_to"]
+
+    assert add_missing_columns(spark, settings, QUARANTINE) == [
+        "redriven_at", "redrive_run_id", "redriven_to"]
+    assert missing_columns(spark, settings, QUARANTINE) == []
+    assert add_missing_columns(spark, settings, QUARANTINE) == []  # once
+    # The stream's append: a frame of the old columns.
+    spark.createDataFrame([(*row[:4], 6, *row[5:])], old_ddl).write.format("delta").mode(
+        "append").save(path)
+    rows = spark.read.format("delta").load(path).orderBy("offset").collect()
+    assert [r.offset for r in rows] == [5, 6]
+    assert all(r.redriven_at is None and r.redrive_run_id is None and r.redriven_to is None
+               for r in rows)
