@@ -200,3 +200,50 @@ def generate_records(spec, shape, end: datetime) -> list:
         count=300, seed=71, end=end, span=timedelta(minutes=40), late_fraction=0.05,
         duplicate_fraction=0.05, malformed_fraction=0.05)).records
 
+
+
+def test_a_redrive_with_nothing_fixed_reports_what_still_fails_and_commits_nothing(
+        instance_env, spark):
+    """The default pipeline, nothing fixed upstream: every record still fails for its reason
+    (reported per reason, for the reasons selected) and no table gets a commit."""
+    from dagster import DagsterInstance
+
+    from assets.pipelines import Pipeline
+    from assets.resources import LakehouseResource
+    from lakehouse.kafka.admin import ensure_topic
+    from orchestration.definitions import definitions_for
+    from testkit.generator import GeneratorConfig, generate, produce
+
+    settings = instance_env
+    ensure_topic(settings)
+    defs = definitions_for([Pipeline.of(settings)], LakehouseResource(
+        lakehouse_root=settings.lakehouse_root, events_topic=settings.events_topic,
+        kafka_bootstrap_servers=settings.kafka_bootstrap_servers))
+    instance = DagsterInstance.ephemeral()
+    end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
+    produce(settings, generate(GeneratorConfig(count=300, seed=5, end=end,
+                                               span=timedelta(minutes=30), keys=4,
+                                               malformed_fraction=0.1)).records)
+    assert run_in(defs, "stream_catch_up", instance)[0].success
+    quarantine = read(settings, "quarantined_events").to_pylist()
+    reasons = Counter(q["reason"] for q in quarantine)
+    assert len(reasons) >= 2
+    chosen = sorted(reasons)[:2]
+    days = sorted({q["quarantine_date"] for q in quarantine})
+    tables = ("bronze_events", "late_events", "quarantined_events")
+    before = _versions(settings, *tables)
+    considered, failing = Counter(), Counter()
+    for day in days:
+        result, _ = run_in(defs, "redrive_quarantine", instance, partition_key=day.isoformat(),
+                           run_config={"ops": {"redrive_quarantined": {"config": {
+                               "reasons": chosen}}}})
+        assert result.success, step_failures(result)
+        out = _outputs(result)["redrive_quarantined"]
+        assert (out["redriven"], out["landed_now"], out["event_dates"]) == (0, 0, [])
+        for row in out["per_reason"].records:
+            considered[row.data["reason"]] += row.data["considered"]
+        for was, now in out["still_failing_by_reason"].items():
+            failing.update({(was, k): v for k, v in now.items()})
+    assert considered == {r: reasons[r] for r in chosen}
+    assert failing == {(r, r): reasons[r] for r in chosen}  # each fails as before
+    assert _versions(settings, *tables) == before
