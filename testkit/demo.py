@@ -35,8 +35,8 @@ from datetime import UTC, date, datetime, timedelta
 
 from lakehouse.config.settings import Settings, SettingsError, parse_duration
 from lakehouse.tables import delta_log
-from orchestration.console import Console, quiet_process_output
 from specs.pipeline import PipelineSpec, selected_pipeline
+from testkit.console import Console, quiet_process_output
 from testkit.runs import run_job
 
 # Dagster's console logger at WARNING: the DEBUG event stream still goes to the run storage.

@@ -35,8 +35,8 @@ from bench.drills.common import (
     say,
     step_failures,
 )
-from orchestration.run_report import event_log_text, failure_text
 from testkit.infra import sasl_broker_module
+from testkit.run_report import event_log_text, failure_text
 
 NAME = "authentication"
 FAIL_FAST_S = 60.0

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from conftest import free_port, run_job
 
-from orchestration.run_report import event_log_text, failure_text
+from testkit.run_report import event_log_text, failure_text
 
 MAX_FAILED_HANDSHAKES = 30  # the drill's bound (bench/drills/auth.py)
 
