@@ -35,7 +35,6 @@ from lakehouse.tables.state_rows import latest_row
 from lakehouse.tables.stats import add_actions
 
 ADDRESS = "127.0.0.1"
-DEFAULT_PORT = 9109
 CHECK = "reconciled_equals_replay"
 JOBS = ("stream_catch_up", "correct_dates", "verify_dates", "reconcile_dates", "reprocess_dates",
         "table_maintenance", "report_timeline", "check_freshness")
@@ -233,7 +232,7 @@ def serve(port: int, address: str = ADDRESS, instance: DagsterInstance | None = 
 
 
 def main() -> int:
-    port = int(os.environ.get("DAILY_METRICS_PORT") or DEFAULT_PORT)
+    port = DEFAULT.settings.daily_metrics_port
     server, thread = serve(port)
     print(f"daily metrics on http://{ADDRESS}:{port}/metrics", flush=True)
     try:

@@ -311,6 +311,9 @@ class Settings(BaseSettings):
     latency_budget: Duration = _env("LATENCY_BUDGET", timedelta(minutes=2))
     # `make stream` serves Prometheus metrics on 127.0.0.1:<metrics_port>/metrics.
     metrics_port: Annotated[int, Field(ge=1, le=65535)] = _env("METRICS_PORT", 9108)
+    # `make daily-metrics` (and `make observe-up`'s exporter) serves the daily side's metrics on
+    # 127.0.0.1:<daily_metrics_port>/metrics.
+    daily_metrics_port: Annotated[int, Field(ge=1, le=65535)] = _env("DAILY_METRICS_PORT", 9109)
     # `make demo`: Dagster's event stream and Spark's output on the console (DEMO_VERBOSE=1).
     demo_verbose: bool = _env("DEMO_VERBOSE", False)
     # Which pipeline these settings run (never from a variable: `specs.pipeline` sets them for
