@@ -247,3 +247,81 @@ def test_a_redrive_with_nothing_fixed_reports_what_still_fails_and_commits_nothi
     assert considered == {r: reasons[r] for r in chosen}
     assert failing == {(r, r): reasons[r] for r in chosen}  # each fails as before
     assert _versions(settings, *tables) == before
+
+
+@pytest.mark.long  # a catch-up and three redrives with a registry: a few minutes
+def test_a_crash_between_the_late_lane_and_bronze_lands_each_record_once(
+        tmp_path, kafka_bootstrap, spark, schema_registry):
+    """The redrive's other crash point (spark_jobs.redrive directly): its late-lane append made,
+    its bronze append not. The re-run appends only to bronze, then marks; each record is once in
+    each table."""
+    from lakehouse.config.settings import Settings
+    from lakehouse.events.schema_registry import with_registry_schemas
+    from spark_jobs import redrive
+    from spark_jobs.stream import run_available_now
+    from specs.pipeline import parse_spec
+    from testkit.avro_events import register_schema
+    from testkit.generator import GeneratorConfig, produce
+    from testkit.reference import VALID_KINDS
+    from testkit.spec_events import generate_for_spec
+
+    topic = f"orders-redrive2-{uuid.uuid4().hex[:8]}"
+    subject, elsewhere = f"{topic}-value", f"{topic}-elsewhere-value"
+    data = yaml.safe_load((EXAMPLES / "orders_avro.yaml").read_text())
+    data.update(fields={k: v for k, v in data["fields"].items() if k != "currency"},
+                dimensions=["region"], name="orders_redrive2", topic=topic)
+
+    def spec_for(subj):
+        return parse_spec({**data, "avro": {"wire_format": "confluent", "registry": {
+            "url": schema_registry, "subject": subj}}})
+
+    base = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+                              "LAKEHOUSE_ROOT": str(tmp_path / "lake")})
+    settings = spec_for(subject).settings(base, {})
+    v1, v2 = ((EXAMPLES / f"orders_v{i}.avsc").read_text() for i in (1, 2))
+    register_schema(schema_registry, subject, v1)
+    register_schema(schema_registry, elsewhere, v1)
+    second = register_schema(schema_registry, elsewhere, v2)
+    both = with_registry_schemas(spec_for(elsewhere).settings(base, {})).shape
+    end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
+    records = generate_for_spec(spec_for(subject).model_copy(update={"shape": both}),
+                                GeneratorConfig(count=120, seed=81, end=end,
+                                                span=timedelta(minutes=20), late_fraction=0.0,
+                                                duplicate_fraction=0.05,
+                                                malformed_fraction=0.0)).records
+    valid_v2 = [r for r in records if r.kind in VALID_KINDS
+                and struct.unpack(">I", r.value[1:5])[0] == second]
+    assert valid_v2
+    produce(settings, records)
+    run_available_now(spark, settings)
+    days = sorted({q["quarantine_date"] for q in read(settings, "quarantined_events").to_pylist()})
+    assert register_schema(schema_registry, subject, v2) == second
+
+    real = redrive._append
+
+    def no_bronze(df, s, table, metadata):
+        if table == "bronze_events":
+            raise RuntimeError("crashed before the redrive's bronze append")
+        real(df, s, table, metadata)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(redrive, "_append", no_bronze)
+        for day in days:
+            with pytest.raises(RuntimeError, match="bronze append"):
+                redrive.run_redrive(spark, settings, day, run_id="crashed")
+    late = read(settings, "late_events").num_rows
+    assert late == len(valid_v2)
+    results = [redrive.run_redrive(spark, settings, day, run_id="rerun") for day in days]
+    assert sum(r.landed_now for r in results) == sum(r.total_redriven for r in results) \
+        == len(valid_v2)
+    assert read(settings, "late_events").num_rows == late  # nothing appended twice
+    for name in ("bronze_events", "late_events"):
+        t = read(settings, name)
+        keys = list(zip(t["partition"].to_pylist(), t["offset"].to_pylist(), strict=True))
+        assert len(keys) == len(set(keys)), name
+    assert read(settings, "bronze_events").num_rows == len(records)  # every record, once
+    quarantine = read(settings, "quarantined_events").to_pylist()
+    assert len(quarantine) == len(valid_v2) and all(q["redrive_run_id"] == "rerun"
+                                                   for q in quarantine)
+    again = [redrive.run_redrive(spark, settings, day, run_id="again") for day in days]
+    assert sum(r.total_redriven + r.landed_now for r in again) == 0
