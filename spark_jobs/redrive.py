@@ -46,6 +46,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.config.settings import Settings
 from lakehouse.events.schema_registry import with_registry_schemas
+from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import BRONZE, LATE, QUARANTINE, REDRIVEN_TO
 from lakehouse.tables.commit_tags import newest_stream_commit, redrive_tag
 from lakehouse.tables.generations import require_applied
@@ -257,7 +258,8 @@ def _mark(spark: SparkSession, settings: Settings, d: date, landed: DataFrame, r
 def redriven_counts(spark: SparkSession, settings: Settings, dates: list[date]) -> dict[str, int]:
     """Per event date, how many of bronze's records came in by a redrive (marked redriven in
     the quarantine): what the date's proof counts besides what the stream ingested."""
-    if not dates or missing_columns(spark, settings, QUARANTINE):
+    if not dates or not all(delta_log.exists(settings, t.name) for t in (QUARANTINE, BRONZE)) \
+            or missing_columns(spark, settings, QUARANTINE):
         return {d.isoformat(): 0 for d in dates}
     marked = (read_table(spark, settings, QUARANTINE)
               .where(F.col("redriven_at").isNotNull() & (F.col("topic") == settings.events_topic))

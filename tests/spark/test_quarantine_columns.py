@@ -33,3 +33,15 @@ def test_an_old_quarantine_gains_the_redrive_columns_and_still_takes_appends(spa
     assert [r.offset for r in rows] == [5, 6]
     assert all(r.redriven_at is None and r.redrive_run_id is None and r.redriven_to is None
                for r in rows)
+
+
+def test_the_proof_counts_no_redriven_record_where_there_are_no_tables(spark, tmp_path):
+    from lakehouse.config.settings import Settings
+    from spark_jobs.redrive import redriven_counts
+    from spark_jobs.tables import ensure_tables
+
+    settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path / "lake")})
+    d = date(2026, 11, 27)
+    assert redriven_counts(spark, settings, [d]) == {"2026-11-27": 0}
+    ensure_tables(spark, settings)
+    assert redriven_counts(spark, settings, [d]) == {"2026-11-27": 0}
