@@ -57,6 +57,7 @@ from spark_jobs.recent_ids import CHUNK_COLUMNS, RecentIds, free_checkpointed
 from spark_jobs.tables import (
     add_missing_columns,
     ensure_tables,
+    limit_stats,
     migrate_layout,
     read_changes,
     read_table,
@@ -500,6 +501,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
     settings = with_registry_schemas(settings)
     ensure_tables(spark, settings)
     migrate_layout(spark, settings, STREAMING)
+    limit_stats(spark, settings, BRONZE)
     add_missing_columns(spark, settings, QUARANTINE)  # the redrive's columns (spark_jobs.redrive)
     if applied := apply_spec(spark, settings):  # a spec edit takes effect here, under the lock
         print(f"{settings.pipeline}: {applied}", flush=True)

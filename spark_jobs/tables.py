@@ -44,6 +44,9 @@ def merge_into(spark: SparkSession, path: str, source: DataFrame, on: str, claus
         spark.catalog.dropTempView(view)
 
 
+STATS_COLUMNS = "delta.dataSkippingStatsColumns"
+
+
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
     """Create every table that does not exist yet (idempotent; safe under concurrent runs of
     different tables, since each creation is one Delta commit)."""
@@ -53,6 +56,8 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         properties = {}
         if table.change_data_feed:
             properties["delta.enableChangeDataFeed"] = "true"
+        if table.stats_columns:
+            properties[STATS_COLUMNS] = ",".join(table.stats_columns)
         if table is BRONZE:  # the spec version the tables are created under
             properties[SPEC_PROPERTY] = json.dumps(settings.results_inputs, sort_keys=True)
             properties[VERSION_PROPERTY] = settings.results_version
@@ -63,6 +68,19 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
             + (" TBLPROPERTIES ({})".format(", ".join(
                 f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items()))
                if properties else ""))
+
+
+def limit_stats(spark: SparkSession, settings: Settings, table: Table) -> bool:
+    """Give a table created before its `stats_columns` were declared the catalog's statistics
+    columns (one property commit; later files only). Callers hold the table's writer lock.
+    True when it changed them."""
+    found = delta_log.open_table(settings, table.name)
+    wanted = ",".join(table.stats_columns)
+    if found is None or not wanted or found.metadata().configuration.get(STATS_COLUMNS) == wanted:
+        return False
+    spark.sql(f"ALTER TABLE {table_ref(settings.table_path(table.name))} SET TBLPROPERTIES "
+              f"({sql_string(STATS_COLUMNS)} = {sql_string(wanted)})")
+    return True
 
 
 def migrate_layout(spark: SparkSession, settings: Settings, table: Table) -> bool:
