@@ -100,8 +100,8 @@ BRONZE = Table(
     change_data_feed=True,
     # What reads skip files by: event time (the dedup's lookups above the watermark, the newest
     # event in run metadata), the log position, the batch. Statistics of the id, the
-    # dimensions, the measures and the JSON attributes cost ~30% of the write's CPU
-    # (bench/results/step-costs-*: "bronze write") and no read uses them.
+    # dimensions, the measures and the JSON attributes cost ~24% of the append's CPU
+    # (bench/results/step-ab-bronze-2026-11-27T084423.json) and no read uses them.
     stats_columns=("event_time", "kafka_timestamp", "partition", "offset", "ingested_at",
                    "bronze_batch_id"),
 )
