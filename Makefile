@@ -253,8 +253,12 @@ bench: setup kafka-up
 bench-stages: setup kafka-up
 	$(PY) -m bench.run
 
+# The service next to two live window queries written by hand (naive, tuned), interleaved, at
+# 20,000 and 5,000 events/s (bench.service_peers: BENCH_SERVICE_ROUNDS=3, BENCH_SERVICE_WARMUP=90,
+# BENCH_SERVICE_SECONDS=180); BENCH_KNEE=1 adds each one's knee (=only: the knee alone);
+# BENCH_SERVICE_ALONE=1 (or service_run's options): the service alone (bench.service_run).
 bench-service: setup kafka-up
-	$(PY) -m bench.service_run
+	$(PY) -m bench.service_peers
 
 # An ingest batch's steps on a cached batch (no Kafka, no commits): µs a record by step
 # (bench.step_costs), and one step's variants A/B in the JVM's CPU seconds (bench.step_ab:

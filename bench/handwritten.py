@@ -8,6 +8,10 @@ event_time, value`, or a spec's fields (the schema a user would give `from_json`
 - `streaming_job` (the naive peer): `from_json`, a watermark, 1-minute windows, a Delta append.
 - `fair_streaming_job` (the fair peer): the same, plus what any serious job does: every parsed
   record written to a bronze Delta table (partitioned by date) and a dedup by `event_id`.
+- `live_job` (the live peers of `make bench-service`, bench/service_peers.py): Kafka ->
+  `from_json` -> watermark -> 1-minute windows -> Delta in complete mode, 1 s trigger, in a Spark
+  application of its own: naive (Spark's defaults) or tuned (`LIVE_TUNED_CONF`: RocksDB state
+  with changelog checkpointing, 2 shuffle partitions, adaptive execution off).
 - `batch_job` (the replay's peer): a date's offset range read from Kafka, parsed, deduplicated
   by `event_id`, windowed, written with a `replaceWhere` of the date.
 None does the product's other work (exact-decimal validation and quarantine with reasons, the
@@ -157,3 +161,52 @@ def batch_job(spark: SparkSession, settings: Settings, out: str, day: date,
      .withColumn("event_date", F.to_date("window.start"))
      .write.format("delta").mode("overwrite")
      .option("replaceWhere", f"event_date = DATE'{day.isoformat()}'").save(out))
+
+
+# The live peers of `make bench-service` (bench/service_peers.py): a window query a user would
+# run next to the service, each in a Spark application of its own. Naive: Spark's defaults but
+# for the jars, Delta and UTC. Tuned: what a user tunes after reading the docs.
+LIVE_TUNED_CONF = {
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.adaptive.enabled": "false",
+}
+
+
+def live_conf(settings: Settings, tuned: bool) -> dict[str, str]:
+    """The peer application's Spark configuration: the same jars, Delta, driver memory and
+    time zone as the service, nothing else set by the naive peer; the tuned one adds
+    `LIVE_TUNED_CONF`."""
+    from spark_jobs.session import spark_jars
+
+    conf = {
+        "spark.master": settings.spark_master,
+        "spark.app.name": f"handwritten-live-{'tuned' if tuned else 'naive'}",
+        "spark.jars": ",".join(spark_jars()),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.memory": "4g",
+        "spark.driver.host": settings.spark_driver_host,
+        "spark.driver.bindAddress": settings.spark_driver_host,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        **{k: "-Duser.timezone=UTC" for k in ("spark.driver.extraJavaOptions",
+                                               "spark.executor.extraJavaOptions")},
+    }
+    return {**conf, **(LIVE_TUNED_CONF if tuned else {})}
+
+
+def live_job(spark: SparkSession, settings: Settings, out: str, checkpoint: str,
+             trigger: str = "1 second"):
+    """The live window query: Kafka -> from_json -> watermark -> 1-minute windows by key ->
+    Delta, complete mode (every window rewritten each batch, as a dashboard reads it),
+    `trigger`. Returns the started query."""
+    source = _kafka(spark.readStream, settings).load()
+    return (_windows_of(events(source, settings.shape).withWatermark(
+                "event_time", spark_interval(settings.watermark_delay)), settings)
+            .writeStream.format("delta").outputMode("complete")
+            .option("checkpointLocation", checkpoint).trigger(processingTime=trigger)
+            .start(out))

@@ -196,10 +196,14 @@ def window_means(rows: list[dict], column: str, t0: float, minute: tuple[int, in
 
 
 class Feed:
-    """One pipeline of the measured service: its producer at `rate`, its probes sent and seen."""
+    """One pipeline of a system under test: its producer at `rate`, its probes sent and seen.
+    The system is the service (its `streaming_aggregates`) or, with `table`, a peer whose
+    windows land in the Delta table at that path (bench/service_peers.py); the probe lookup is
+    the same for both."""
 
-    def __init__(self, settings: Settings, rate: int, seconds: int):
+    def __init__(self, settings: Settings, rate: int, seconds: int, table: str | None = None):
         self.settings, self.rate, self.name = settings, rate, settings.pipeline
+        self.table = table
         self.probes = multiprocessing.Queue()
         self.producer = multiprocessing.Process(target=produce_at_rate,
                                                 args=(settings, rate, seconds, self.probes))
@@ -208,6 +212,18 @@ class Feed:
         self.seen: dict[str, float] = {}
         self.done = None
         self.version = -1
+
+    def _open(self):
+        if self.table is None:
+            return open_table(self.settings, "streaming_aggregates")
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.table) if DeltaTable.is_deltatable(self.table) else None
+
+    def _keys(self, table):
+        if self.table is None:
+            return read(self.settings, "streaming_aggregates")[self.probe_column]
+        return table.to_pyarrow_table(columns=[self.probe_column])[self.probe_column]
 
     def take_probes(self) -> None:
         while not self.probes.empty():
@@ -219,23 +235,32 @@ class Feed:
 
     def look(self) -> None:
         """The probes in the newest version of `streaming_aggregates`, at its commit time."""
-        table = open_table(self.settings, "streaming_aggregates")
+        table = self._open()
         if table is None or table.version() == self.version:
             return
         self.version = table.version()
         committed = table.history(1)[0]["timestamp"] / 1000
-        keys = read(self.settings, "streaming_aggregates")[self.probe_column]
+        keys = self._keys(table)
         for key in pc.filter(keys, pc.starts_with(keys, "probe-")).to_pylist():
             self.seen.setdefault(key, committed)
 
-    def drained(self) -> bool:
-        return self.done is not None and set(self.sent) <= set(self.seen)
+    def drained(self, since: float = 0.0) -> bool:
+        return self.done is not None and all(p in self.seen for p, t in self.sent.items()
+                                             if t >= since)
+
+    def freshness(self, since: float = 0.0) -> dict:
+        """Freshness of the probes sent from `since` on: every one counted, the unseen ones
+        as `missing`."""
+        probes = [p for p, t in self.sent.items() if t >= since]
+        lags = [self.seen[p] - self.sent[p] for p in probes if p in self.seen]
+        return {"probes": len(probes), "seen": len(lags), "missing": len(probes) - len(lags),
+                "p50": percentile(lags, 0.5), "p95": percentile(lags, 0.95),
+                "p99": percentile(lags, 0.99), "max": percentile(lags, 1.0)}
 
     def stats(self, t0: float, seconds: int) -> dict:
         progress = open_table(self.settings, "stream_progress").to_pyarrow_table().to_pylist()
         batches = [r for r in progress if r["query"] == "ingest"]
         last = (max(1, seconds // 60 - 1), seconds // 60)
-        freshness = [self.seen[p] - self.sent[p] for p in self.sent if p in self.seen]
         produced = self.done[1] if self.done else None
         return {
             "target_rate": self.rate, "produced": produced,
@@ -247,9 +272,7 @@ class Feed:
                     if r["batch_timestamp"].timestamp() - t0 < seconds) / seconds),
             "kafka_lag_minute_2": window_means(batches, "kafka_lag", t0, (1, 2)),
             "kafka_lag_last_minute": window_means(batches, "kafka_lag", t0, last),
-            "freshness_s": {"probes": len(self.sent), "seen": len(freshness),
-                            "p50": percentile(freshness, 0.5), "p95": percentile(freshness, 0.95),
-                            "p99": percentile(freshness, 0.99), "max": percentile(freshness, 1.0)},
+            "freshness_s": self.freshness(),
             "batches": len(batches),
             "batch_duration_s": {
                 q: percentile([r["trigger_ms"] / 1000 for r in batches
