@@ -21,7 +21,8 @@ the better peer's p95 (<= 1: the service is at least as fresh).
 
 Knee (BENCH_KNEE=1 after the freshness runs, BENCH_KNEE=only alone): for each rate of
 BENCH_KNEE_RATES (default "5000,10000,15000,20000,30000,40000"), each system still flat runs
-BENCH_KNEE_SECONDS (180) at the rate (no warm-up), its consumer lag sampled every
+BENCH_KNEE_SECONDS (180) at the rate (after BENCH_KNEE_WARMUP, default 0, s at the rate; the
+first third of the run is left out of the trend anyway), its consumer lag sampled every
 BENCH_KNEE_EVERY (5) s: the topic's end offsets minus the system's processed position (the
 service: its newest batch's end offsets in `stream_progress`, as `topic_status` reads them; a
 peer: the end offsets of its newest committed batch in its checkpoint's offsets folder).
@@ -248,15 +249,17 @@ def slope(points: list[tuple[float, float]]) -> float | None:
     return round(sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den, 1) if den else None
 
 
-def knee(systems: list[str], rates: list[int], seconds: int, every: float, flat: float) -> dict:
+def knee(systems: list[str], rates: list[int], seconds: int, every: float, flat: float,
+         warmup: int = 0) -> dict:
     points, stopped = {n: [] for n in systems}, set()
     for rate in rates:
         for name in systems:
             if name in stopped:
                 continue
             print(f"knee: {rate}/s, {name}", flush=True)
-            run_ = run(name, rate, 0, seconds, lag_every=every)
-            tail = [(t, v) for t, v in run_["lag"] if v is not None and t >= seconds / 3]
+            run_ = run(name, rate, warmup, seconds, lag_every=every)
+            tail = [(t, v) for t, v in run_["lag"]
+                    if v is not None and t >= warmup + seconds / 3]
             run_["lag_slope_per_s"] = s = slope(tail)
             run_["flat"] = s is not None and s < flat * rate
             run_["lag_first"] = tail[0][1] if tail else None
@@ -282,7 +285,7 @@ def knee(systems: list[str], rates: list[int], seconds: int, every: float, flat:
         ratio = {"better_peer": better, "service_knee_over_better_peer_knee": round(
             (knees["service"]["knee"] or 0) / knees[better]["knee"], 2)}
     return {"flat_means": f"lag slope over the last two thirds < {flat} x rate per second",
-            "seconds": seconds, "sample_every_s": every, "runs": points, "knees": knees,
+            "seconds": seconds, "warmup_s": warmup, "sample_every_s": every, "runs": points, "knees": knees,
             "ratio": ratio}
 
 
@@ -339,7 +342,8 @@ def main() -> int:
         result["knee"] = knee(systems, ints("BENCH_KNEE_RATES", "5000,10000,15000,20000,30000,40000"),
                               int(env("BENCH_KNEE_SECONDS", "180")),
                               float(env("BENCH_KNEE_EVERY", "5")),
-                              float(env("BENCH_KNEE_FLAT", "0.01")))
+                              float(env("BENCH_KNEE_FLAT", "0.01")),
+                              int(env("BENCH_KNEE_WARMUP", "0")))
     print(json.dumps({k: v for k, v in result.items() if k != "freshness"}, default=str)[:2000])
     if "freshness" in result:
         print(json.dumps(result["freshness"]["medians"], indent=1))
