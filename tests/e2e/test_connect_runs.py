@@ -17,7 +17,8 @@ from conftest import REPO
 from testkit.runs import run_job
 
 # Two catch-ups and two runs in fresh processes: minutes each on a loaded 2-core machine.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+# Minutes with its own Connect server JVM beside the suite: in `make test-long` (test-cluster).
+pytestmark = [pytest.mark.long, pytest.mark.timeout(2400)]
 
 
 def executions(server_log) -> int:
