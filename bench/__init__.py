@@ -1,23 +1,6 @@
-"""Benchmarks and drills: each writes its figures to bench/results/<kind>-<date>.json."""
+"""Benchmarks and drills: each writes its figures to bench/results/<kind>-<date>T<time>.json
+(`testkit.results.write_result`)."""
 
-from __future__ import annotations
+from testkit.results import RESULTS, write_result
 
-import json
-from pathlib import Path
-
-RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def write_result(kind: str, result: dict) -> Path:
-    """`result` (with an ISO `date`) to bench/results/<kind>-<date>T<time>.json, said on stdout.
-    Never overwrites: the docs cite these files by name, so a later run of the same kind gets a
-    name of its own (a numeric suffix should two runs end in the same second)."""
-    RESULTS.mkdir(exist_ok=True)
-    stamp = result["date"][:19].replace(":", "")
-    out, n = RESULTS / f"{kind}-{stamp}.json", 1
-    while out.exists():
-        n += 1
-        out = RESULTS / f"{kind}-{stamp}-{n}.json"
-    out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print(f"written to {out}")
-    return out
+__all__ = ["RESULTS", "write_result"]

@@ -28,12 +28,12 @@ import pytest
 from conftest import REPO, run_job
 from reference import Expected
 
-from bench import write_result
 from lakehouse.config import storage
 from lakehouse.config.settings import Settings
 from lakehouse.kafka.admin import admin, topic_offsets
 from lakehouse.tables.reads import compare_tables, read
 from testkit.generator import GeneratorConfig, generate, produce
+from testkit.results import write_result
 
 RUN_TIMEOUT_S = 900
 
@@ -277,7 +277,7 @@ def test_the_pipeline_on_object_storage_a_spark_cluster_postgres_and_three_broke
     assert got == want
     figures["reconciled_windows"] = len(got)
     print("cluster run:", json.dumps(figures))
-    # A file of its own per run (bench.write_result): the docs cite earlier runs' files.
+    # A file of its own per run (testkit.results.write_result): the docs cite earlier runs' files.
     write_result("cluster", {"date": datetime.now(UTC).isoformat(timespec="seconds"), **figures})
 
 
