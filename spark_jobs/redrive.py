@@ -57,6 +57,7 @@ from spark_jobs.tables import (
     merge_into,
     missing_columns,
     read_table,
+    retry_on_conflict,
     sql_string,
 )
 from transforms.ingest import late_projection
@@ -64,11 +65,6 @@ from transforms.parse import classify, valid_columns
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 KEY = ["topic", "partition", "offset"]
-# Delta's optimistic concurrency (the stream appending to the quarantine's partition of today
-# while the MERGE marks it): the redrive is idempotent, so it runs again.
-_CONFLICTS = ("ConcurrentAppendException", "ConcurrentDeleteReadException",
-              "ConcurrentTransactionException", "MetadataChangedException", "DELTA_CONCURRENT_")
-MAX_ATTEMPTS = 3
 
 
 @dataclass
@@ -110,10 +106,6 @@ class RedriveResult:
                 "per_reason": self.per_reason(), "columns_added": self.columns_added}
 
 
-def is_conflict(exc: BaseException) -> bool:
-    return any(name in f"{type(exc).__name__} {exc}" for name in _CONFLICTS)
-
-
 @contextmanager
 def _tagged(spark: SparkSession, metadata: str):
     spark.conf.set(USER_METADATA, metadata)
@@ -138,15 +130,12 @@ def run_redrive(spark: SparkSession, settings: Settings, d: date, run_id: str,
     ensure_tables(spark, settings)
     result.columns_added = _redrive_columns(spark, settings)
     with date_lock(settings, d) as fence:
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            try:
-                return _redrive(spark, settings, d, run_id, result, fence)
-            except Exception as exc:
-                if not is_conflict(exc) or attempt == MAX_ATTEMPTS:
-                    raise
-                print(f"redrive {d}: a concurrent commit ({type(exc).__name__}); again",
-                      file=sys.stderr, flush=True)
-    raise AssertionError("unreachable")
+        # A concurrent commit (the stream appending to today's quarantine partition while the
+        # MERGE marks it): the redrive is idempotent, so it runs again.
+        return retry_on_conflict(
+            lambda: _redrive(spark, settings, d, run_id, result, fence),
+            lambda exc: print(f"redrive {d}: a concurrent commit ({type(exc).__name__}); again",
+                              file=sys.stderr, flush=True))
 
 
 def _redrive_columns(spark: SparkSession, settings: Settings) -> list[str]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
+from typing import TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -45,6 +47,32 @@ def merge_into(spark: SparkSession, path: str, source: DataFrame, on: str, claus
 
 
 STATS_COLUMNS = "delta.dataSkippingStatsColumns"
+T = TypeVar("T")
+
+# Delta's optimistic concurrency: another writer committed to the same files meanwhile.
+_CONFLICTS = ("ConcurrentAppendException", "ConcurrentDeleteReadException",
+              "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
+              "ProtocolChangedException", "MetadataChangedException", "DELTA_CONCURRENT_")
+MAX_ATTEMPTS = 3
+
+
+def is_conflict(exc: BaseException) -> bool:
+    return any(name in f"{type(exc).__name__} {exc}" for name in _CONFLICTS)
+
+
+def retry_on_conflict(attempt: Callable[[], T], on_retry: Callable[[BaseException], None]
+                      = lambda exc: None) -> T:
+    """`attempt()` again (at most MAX_ATTEMPTS times in all) while it fails on a concurrent
+    Delta commit; each try recomputes from the tables as they are then. Any other error, or a
+    conflict on the last try, is raised."""
+    for n in range(1, MAX_ATTEMPTS + 1):
+        try:
+            return attempt()
+        except Exception as exc:
+            if not is_conflict(exc) or n == MAX_ATTEMPTS:
+                raise
+            on_retry(exc)
+    raise AssertionError("unreachable")
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:

@@ -42,21 +42,11 @@ from spark_jobs.corrections.changelog import repair
 from spark_jobs.corrections.publish import publish
 from spark_jobs.corrections.scope import incremental_scope
 from spark_jobs.corrections.state import gold_bronze_version, latest_state, plan, save_state
-from spark_jobs.tables import ensure_tables, read_table, tagged_commits
+from spark_jobs.tables import ensure_tables, read_table, retry_on_conflict, tagged_commits
 from transforms.recompute import recompute
 
 __all__ = ["CorrectionResult", "gold_bronze_version", "latest_state", "run_corrections"]
 
-
-# Delta's optimistic concurrency: another writer committed to the same files meanwhile.
-_CONFLICTS = ("ConcurrentAppendException", "ConcurrentDeleteReadException",
-              "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
-              "ProtocolChangedException", "MetadataChangedException", "DELTA_CONCURRENT_")
-MAX_ATTEMPTS = 3
-
-
-def is_conflict(exc: BaseException) -> bool:
-    return any(name in f"{type(exc).__name__} {exc}" for name in _CONFLICTS)
 
 
 def run_corrections(
@@ -76,13 +66,7 @@ def run_corrections(
     """
     require_applied(settings)
     with date_lock(settings, d):
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            try:
-                return _correct(spark, settings, d, run_id, reprocess, as_of)
-            except Exception as exc:
-                if not is_conflict(exc) or attempt == MAX_ATTEMPTS:
-                    raise
-    raise AssertionError("unreachable")
+        return retry_on_conflict(lambda: _correct(spark, settings, d, run_id, reprocess, as_of))
 
 
 def _correct(spark: SparkSession, settings: Settings, d: date, run_id: str, reprocess: bool,
