@@ -224,7 +224,7 @@ ui: setup kafka-up
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -p $${DAGSTER_PORT:-3000} -w workspace.yaml
 
 stream: setup kafka-up
-	$(PY) -m service.runner
+	$(PY) -m orchestration.service.runner
 
 # One run from the command line, recorded in DAGSTER_HOME like the UI's (README "Operations"):
 # make materialize SELECT=<asset,...> [PARTITION=<date> | PARTITION_RANGE=<date>...<date>]

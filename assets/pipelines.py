@@ -2,7 +2,7 @@
 
 The default pipeline (tables at LAKEHOUSE_ROOT) keeps the contract's names: unprefixed asset
 keys, groups `ingest`, `reconcile`, `observe`, jobs such as `stream_catch_up`. A pipeline of a
-spec (PIPELINES, `specs.pipeline`) gets the same definitions under its prefix: keys
+spec (PIPELINES, `lakehouse.specs.pipeline`) gets the same definitions under its prefix: keys
 `orders/bronze_events`, groups `orders_ingest`, jobs `orders__stream_catch_up`. Every factory
 (`assets.ingest.ingest_assets`, `orchestration.jobs.pipeline_jobs`...) takes a `Pipeline` and is
 cached: one set of definitions per pipeline, the default's being the factories called with
@@ -22,7 +22,7 @@ from dagster import AssetKey, DailyPartitionsDefinition
 from assets.partitions import daily_event_dates, first_partition
 from assets.resources import DEFAULT_LAKEHOUSE
 from lakehouse.config.settings import Settings
-from specs.pipeline import PipelineSpec, pipeline_specs
+from lakehouse.specs.pipeline import PipelineSpec, pipeline_specs
 
 
 @dataclass(frozen=True, eq=False)

@@ -34,10 +34,10 @@ from pyspark.sql import SparkSession
 from lakehouse.config.settings import Settings, SettingsError, is_credential
 from lakehouse.kafka.admin import ensure_topic
 from lakehouse.kafka.topic_status import TopicStatus, topic_status
+from lakehouse.specs.pipeline import DEFAULT_PIPELINE, PipelineSpec, SpecError, pipeline_specs
 from lakehouse.tables.catalog import BRONZE
 from lakehouse.tables.generations import resolve
 from lakehouse.tables.stats import rows_of_dates
-from specs.pipeline import DEFAULT_PIPELINE, PipelineSpec, SpecError, pipeline_specs
 
 
 class LakehouseResource(ConfigurableResource):

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 from bench import handwritten, spark_ui, write_result
 from bench.ratios import WORK, records, settings_for, timed
-from specs.pipeline import load_spec
+from lakehouse.specs.pipeline import load_spec
 
 
 def main() -> int:

@@ -32,7 +32,7 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 from bench import handwritten, write_result  # noqa: E402
 from lakehouse.config.settings import Settings  # noqa: E402
-from specs.pipeline import PipelineSpec, load_spec  # noqa: E402
+from lakehouse.specs.pipeline import PipelineSpec, load_spec  # noqa: E402
 from testkit.generator import GeneratorConfig, generate, produce  # noqa: E402
 from testkit.spec_events import generate_for_spec  # noqa: E402
 

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from bench import write_result
 from bench.ratios import records, settings_for
-from specs.pipeline import load_spec
+from lakehouse.specs.pipeline import load_spec
 
 
 def main() -> int:

@@ -163,7 +163,7 @@ def main() -> int:
     from spark_jobs.corrections import run_corrections
     from spark_jobs.replay import run_replay
     from spark_jobs.session import get_spark
-    from transforms.parse import classify
+    from spark_jobs.transforms.parse import classify
 
     spark = get_spark(settings)
     raw = (spark.read.format("kafka").options(**settings.spark_kafka_options)

@@ -6,7 +6,7 @@ delta-rs; freshness = commit time of the first version holding it - its send tim
 
 The systems under test (`SYSTEMS`), each a Spark application in a process of its own (its own
 JVM), on a fresh topic and lakehouse root per run:
-- `service`: `python -m service.runner`, 1 s trigger (BENCH_SERVICE_TRIGGER);
+- `service`: `python -m orchestration.service.runner`, 1 s trigger (BENCH_SERVICE_TRIGGER);
 - `naive`: Kafka -> `from_json` -> 30 s watermark -> 1-minute windows by key -> Delta sink in
   complete mode, 1 s trigger; Spark's defaults (`handwritten.live_conf`);
 - `tuned`: the same with RocksDB state and changelog checkpointing, 2 shuffle partitions,

@@ -300,7 +300,7 @@ def spec_feeds(root: Path, text: str) -> list[tuple[Path, int]]:
 
 
 def main() -> int:
-    from specs.pipeline import load_spec
+    from lakehouse.specs.pipeline import load_spec
     from testkit.faults import output, start_service
 
     seconds = int(os.environ.get("BENCH_SERVICE_SECONDS", "600"))

@@ -63,9 +63,9 @@ def _bronze(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[]
 def _windows(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[], Callable]]:
     from pyspark.sql import functions as F
 
-    import transforms.windows as W
-    from transforms.ingest import counted_events
-    from transforms.windows import aggregate_windows
+    import spark_jobs.transforms.windows as W
+    from spark_jobs.transforms.ingest import counted_events
+    from spark_jobs.transforms.windows import aggregate_windows
 
     shape = settings.shape
 
@@ -99,7 +99,7 @@ def main() -> int:
     from pyspark.sql import functions as F
 
     from spark_jobs.session import get_spark
-    from transforms.parse import classify, valid_columns
+    from spark_jobs.transforms.parse import classify, valid_columns
 
     experiment = sys.argv[1] if len(sys.argv) > 1 else ""
     if experiment not in EXPERIMENTS:

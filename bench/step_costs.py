@@ -42,9 +42,9 @@ def main() -> int:
 
     from spark_jobs.session import get_spark
     from spark_jobs.tables import ensure_tables
-    from transforms.ingest import counted_events
-    from transforms.parse import classify, valid_columns
-    from transforms.windows import aggregate_windows
+    from spark_jobs.transforms.ingest import counted_events
+    from spark_jobs.transforms.parse import classify, valid_columns
+    from spark_jobs.transforms.windows import aggregate_windows
 
     n = int(os.environ.get("BENCH_STEP_EVENTS", "400000"))
     rounds = int(os.environ.get("BENCH_STEP_ROUNDS", "3"))

@@ -7,7 +7,7 @@ LAKEHOUSE_DEFS_DIR) holding a `defs.yaml`:
     attributes: {name: shipments, topic: shipments, ...}   # a spec's fields (docs/specs.md)
 
 `dg scaffold defs orchestration.components.PipelineComponent shipments` writes one with a valid
-minimal spec to edit. The attributes are validated by the spec's own code (`specs.pipeline`, the
+minimal spec to edit. The attributes are validated by the spec's own code (`lakehouse.specs.pipeline`, the
 same messages, naming the defs.yaml and the field), and the instance builds the definitions of
 that pipeline, the same as for a spec of PIPELINES (`pipeline_definitions`): assets under its
 prefix, its checks, jobs, schedules and sensors. The resources are the code location's
@@ -29,10 +29,10 @@ from assets.observe.timeline import timeline_asset
 from assets.pipelines import Pipeline, spec_pipeline
 from assets.reconcile.checks import data_checks
 from assets.reconcile.daily import daily_assets
+from lakehouse.specs.pipeline import PIPELINE_COMPONENT, PipelineSpec, component_spec, parse_spec, spec_json_schema
 from orchestration.jobs import pipeline_jobs
 from orchestration.schedules import pipeline_schedules
 from orchestration.sensors import pipeline_sensors
-from specs.pipeline import PIPELINE_COMPONENT, PipelineSpec, component_spec, parse_spec, spec_json_schema
 
 
 def pipeline_definitions(p: Pipeline) -> dg.Definitions:

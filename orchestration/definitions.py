@@ -23,8 +23,8 @@ from dagster import BetaWarning, ComponentTree, Definitions, PreviewWarning, in_
 
 from assets.pipelines import DEFAULT, Pipeline, spec_pipelines  # noqa: E402
 from assets.resources import DEFAULT_LAKEHOUSE, KafkaResource, LakehouseResource, LogPositionResource, SparkResource  # noqa: E402
+from lakehouse.specs.pipeline import DEFS_DIR, SpecError, declared_specs, defs_dir  # noqa: E402
 from orchestration.components import PipelineComponent, pipeline_definitions  # noqa: E402
-from specs.pipeline import DEFS_DIR, SpecError, declared_specs, defs_dir  # noqa: E402
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

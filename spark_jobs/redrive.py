@@ -60,8 +60,8 @@ from spark_jobs.tables import (
     retry_on_conflict,
     sql_string,
 )
-from transforms.ingest import late_projection
-from transforms.parse import classify, valid_columns
+from spark_jobs.transforms.ingest import late_projection
+from spark_jobs.transforms.parse import classify, valid_columns
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 KEY = ["topic", "partition", "offset"]

@@ -37,9 +37,9 @@ from lakehouse.tables.generations import require_applied
 from lakehouse.tables.locks import date_lock
 from lakehouse.tables.state_rows import append_row, latest_row
 from spark_jobs.tables import ensure_tables, read_table
-from transforms.counting import events_for_date
-from transforms.parse import classify, valid_columns
-from transforms.windows import aggregate_windows
+from spark_jobs.transforms.counting import events_for_date
+from spark_jobs.transforms.parse import classify, valid_columns
+from spark_jobs.transforms.windows import aggregate_windows
 
 
 def missing_offsets(spark: SparkSession, settings: Settings, d: date,

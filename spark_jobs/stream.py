@@ -62,10 +62,10 @@ from spark_jobs.tables import (
     read_changes,
     read_table,
 )
-from transforms.avro import schema_id
-from transforms.ingest import counted_events, fold_into_open, late_projection, next_watermark_ms
-from transforms.parse import classify, quarantine_projection, valid_columns
-from transforms.windows import aggregate_windows
+from spark_jobs.transforms.avro import schema_id
+from spark_jobs.transforms.ingest import counted_events, fold_into_open, late_projection, next_watermark_ms
+from spark_jobs.transforms.parse import classify, quarantine_projection, valid_columns
+from spark_jobs.transforms.windows import aggregate_windows
 
 # How Spark says a locally checkpointed block is gone (its executor died).
 LOST_BLOCK = "Checkpoint block"

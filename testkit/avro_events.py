@@ -46,7 +46,7 @@ def _scale(t) -> int | None:
 
 def plan(shape: EventShape) -> dict[str, tuple[str | None, object]]:
     """Malformed kind -> (the field it spoils, what replaces it), in the parser's order
-    (`transforms.parse.reasons`), for what an Avro record can carry: a null only in a nullable
+    (`spark_jobs.transforms.parse.reasons`), for what an Avro record can carry: a null only in a nullable
     field, a bad time or value only where the schema holds text."""
     avro = shape.avro
     t, measured = shape.event_time.field, shape.measure_fields

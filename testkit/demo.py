@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
 from lakehouse.config.settings import Settings, SettingsError, parse_duration
+from lakehouse.specs.pipeline import PipelineSpec, selected_pipeline
 from lakehouse.tables import delta_log
-from specs.pipeline import PipelineSpec, selected_pipeline
 from testkit.console import Console, quiet_process_output
 from testkit.runs import run_job
 
@@ -203,7 +203,7 @@ def live(run: Demo, knobs: Knobs, spec: PipelineSpec | None) -> bool:
     from prometheus_client.parser import text_string_to_metric_families
 
     from lakehouse.tables.commit_tags import stream_commits
-    from service.runner import serve
+    from orchestration.service.runner import serve
     from testkit.generator import GeneratorConfig, generate, produce
     from testkit.spec_events import generate_for_spec
 

@@ -1,6 +1,6 @@
 """Fault injection on real processes, timed by the pipeline's own durable state (not sleeps).
 
-- `start_service` / `wait_for`: `python -m service.runner` as a child process.
+- `start_service` / `wait_for`: `python -m orchestration.service.runner` as a child process.
 - `in_flight` / `kill_in_flight`: SIGKILL the service while a micro-batch of a query is in
   flight: its write-ahead `offsets/N` is written and `commits/N` is not.
 - `DeltaLog`: a table's `_delta_log` read incrementally (commit versions, the ingest batch each
@@ -96,7 +96,7 @@ def _spawn(args: list[str], env, log_path: str | Path | None) -> subprocess.Pope
 def start_service(env, log_path: str | Path | None = None) -> subprocess.Popen:
     """`make stream`'s service as a child process. Its output goes to a pipe, or to `log_path`
     (for long runs: a pipe nobody reads fills up and blocks the service's prints)."""
-    return _spawn([sys.executable, "-m", "service.runner"], env, log_path)
+    return _spawn([sys.executable, "-m", "orchestration.service.runner"], env, log_path)
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""Generated events and an independent reference for any pipeline spec (`specs.pipeline`).
+"""Generated events and an independent reference for any pipeline spec (`lakehouse.specs.pipeline`).
 
 `generate_for_spec` is `testkit.generator.generate` for a spec's event shape: its fields, its
 time forms, its dimensions and decimal measures, with the same traffic (disorder, late events,
@@ -19,7 +19,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_DOWN, Decimal, localcontext
 
 from lakehouse.events.shape import EventShape, precision_scale
-from specs.pipeline import PipelineSpec
+from lakehouse.specs.pipeline import PipelineSpec
 from testkit import avro_events
 from testkit.generator import Generated, GeneratorConfig, Record, _encode
 from testkit.reference import VALID_KINDS, dedup
@@ -40,7 +40,7 @@ _COMBINE = {"sum": operator.add, "min": min, "max": max}
 
 def _plan(shape: EventShape) -> dict[str, tuple[str | None, object]]:
     """Malformed kind -> (the field it spoils, what replaces it), in the order the default parser
-    checks (`transforms.parse.REASONS`).
+    checks (`spark_jobs.transforms.parse.REASONS`).
 
     A kind the parser could not record is left out: a dimension whose field is the id or an
     earlier dimension's (its absence is reported as that one). Where two kinds would spell one

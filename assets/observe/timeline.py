@@ -5,9 +5,9 @@ from pathlib import Path
 
 from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, asset
 
+from assets.observe.timeline_page import write_timeline
 from assets.pipelines import Pipeline
 from assets.resources import LakehouseResource, SparkResource
-from reporting.timeline import write_timeline
 
 
 @cache

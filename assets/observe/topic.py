@@ -4,7 +4,7 @@ observation sensor."""
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
 from assets.resources import KafkaResource
-from specs.pipeline import DEFAULT_PIPELINE
+from lakehouse.specs.pipeline import DEFAULT_PIPELINE
 
 PARTITION_SCHEMA = TableSchema(columns=[
     TableColumn("partition", "int"),

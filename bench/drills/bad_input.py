@@ -166,8 +166,8 @@ def timed_bronze_catch_up(ctx: Context, settings) -> float:
 
 
 def run(ctx: Context, result: DrillResult) -> DrillResult:
+    from spark_jobs.transforms.parse import REASONS
     from testkit.generator import GeneratorConfig, generate
-    from transforms.parse import REASONS
 
     count = ctx.n(1_000_000, 2_000)
     end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=10)

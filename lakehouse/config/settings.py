@@ -316,7 +316,7 @@ class Settings(BaseSettings):
     daily_metrics_port: Annotated[int, Field(ge=1, le=65535)] = _env("DAILY_METRICS_PORT", 9109)
     # `make demo`: Dagster's event stream and Spark's output on the console (DEMO_VERBOSE=1).
     demo_verbose: bool = _env("DEMO_VERBOSE", False)
-    # Which pipeline these settings run (never from a variable: `specs.pipeline` sets them for
+    # Which pipeline these settings run (never from a variable: `lakehouse.specs.pipeline` sets them for
     # a spec's pipeline); the default is the contract's.
     pipeline: str = Field("default", validation_alias=AliasChoices("_pipeline"))
     shape: EventShape = Field(DEFAULT_SHAPE, validation_alias=AliasChoices("_shape"))

@@ -1,6 +1,6 @@
 """Avro input of a pipeline spec (`format: avro`): the writer schemas by id, the wire format, and
 the checks that make a schema usable before anything runs. Pure Python (JSON): no Spark, no Avro
-library; Spark's `from_avro` decodes (`transforms.avro`).
+library; Spark's `from_avro` decodes (`spark_jobs.transforms.avro`).
 
     format: avro
     avro:

@@ -5,7 +5,7 @@ When a run starts (the stream's query, a replay) `with_registry_schemas` fetches
 of the subject (`GET {url}/subjects/{subject}/versions`, then `.../versions/{v}`: its id and
 schema), checks them exactly as schema files are checked (each a record schema, each readable as
 the reader schema, the spec's fields in the reader schema), and returns the settings with those
-schemas: the decode path (`transforms.avro`) uses them as it uses files. An unreachable registry
+schemas: the decode path (`spark_jobs.transforms.avro`) uses them as it uses files. An unreachable registry
 is a `RegistryError` naming the URL (never its credentials) and the subject: nothing runs.
 
 Ids registered later: a stream batch with `unknown_schema_id` records asks `registered` whether

@@ -4,7 +4,7 @@ which are the group-by dimensions and which decimal fields are summed, minimised
 The shape fixes the columns of the tables (bronze, the late lane, the aggregates, the changelog):
 `DEFAULT_SHAPE` is the contract's (`event_id`, `key`, `event_time`, one `value` as
 decimal(38,6)) and the catalog builds those tables' columns from it. A pipeline spec
-(`specs.pipeline`) declares another. Pure pydantic: no Spark.
+(`lakehouse.specs.pipeline`) declares another. Pure pydantic: no Spark.
 """
 
 from __future__ import annotations

@@ -186,5 +186,5 @@ ALL_TABLES = (BRONZE, QUARANTINE, STREAMING, LATE, RECONCILED, REPLAY, CORRECTIO
               CORRECTIONS_STATE, REPLAY_STATE, SKIPPED)
 
 # Every top-level folder the default pipeline writes under $LAKEHOUSE_ROOT: its tables and its
-# special folders. A spec pipeline's `name` or `tables` may be none of them (specs.pipeline).
+# special folders. A spec pipeline's `name` or `tables` may be none of them (lakehouse.specs.pipeline).
 ROOT_FOLDERS = frozenset({*(t.name for t in ALL_TABLES), *SPECIAL_FOLDERS})

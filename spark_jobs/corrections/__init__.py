@@ -43,7 +43,7 @@ from spark_jobs.corrections.publish import publish
 from spark_jobs.corrections.scope import incremental_scope
 from spark_jobs.corrections.state import gold_bronze_version, latest_state, plan, save_state
 from spark_jobs.tables import ensure_tables, read_table, retry_on_conflict, tagged_commits
-from transforms.recompute import recompute
+from spark_jobs.transforms.recompute import recompute
 
 __all__ = ["CorrectionResult", "gold_bronze_version", "latest_state", "run_corrections"]
 

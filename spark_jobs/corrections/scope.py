@@ -12,7 +12,7 @@ from lakehouse.config.settings import Settings
 from lakehouse.tables.catalog import BRONZE, RECONCILED
 from lakehouse.tables.correction_result import CorrectionResult
 from spark_jobs.tables import read_changes, read_table
-from transforms.windows import with_window_bounds
+from spark_jobs.transforms.windows import with_window_bounds
 
 
 def affected_windows(spark: SparkSession, settings: Settings, d: date, bronze: DataFrame,

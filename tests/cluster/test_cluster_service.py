@@ -17,7 +17,7 @@ from conftest import free_port
 from test_service_pipelines import default_aggregates, default_expected, positions, rows
 
 from lakehouse.config.settings import Settings
-from specs.pipeline import load_spec
+from lakehouse.specs.pipeline import load_spec
 from testkit.faults import output, running_service, wait_for
 from testkit.generator import GeneratorConfig, generate, produce
 from testkit.reference import VALID_KINDS

@@ -33,8 +33,8 @@ def avro_orders(tmp_path_factory, kafka_bootstrap):
     from assets.pipelines import spec_pipelines
     from assets.resources import LakehouseResource
     from lakehouse.config.env import overridden
+    from lakehouse.specs.pipeline import load_spec
     from orchestration.definitions import definitions_for
-    from specs.pipeline import load_spec
     from testkit.faults import kill_inside_batch, running_service
     from testkit.generator import GeneratorConfig, produce
     from testkit.spec_events import generate_for_spec

@@ -1,5 +1,5 @@
 """`make stream` and the catch-up schedule side by side (issue 46, done-when 3): while the real
-service (`python -m service.runner`, one per module: it costs a JVM) holds the pipeline's stream,
+service (`python -m orchestration.service.runner`, one per module: it costs a JVM) holds the pipeline's stream,
 ten ticks of the definitions' catch-up schedule skip naming it (its pid) and request no run, and
 a catch-up launched by hand (in-process and through `dagster asset materialize`) succeeds as a
 no-op whose materializations say it was skipped and who holds the stream."""

@@ -36,7 +36,7 @@ def test_every_panel_query_parses_and_finds_data(tmp_path, scenario):
     from assets.pipelines import Pipeline
     from lakehouse.kafka.admin import PartitionOffsets
     from orchestration.daily_metrics import DailyCollector
-    from service.metrics import StreamMetrics
+    from orchestration.service.metrics import StreamMetrics
 
     settings, _expected, _dates, outcomes, _chunks = scenario
     stream_port, daily_port = free_port(), free_port()

@@ -222,7 +222,7 @@ def test_a_spec_edit_while_the_service_runs_waits_for_its_next_start(tmp_path, k
     path = tmp_path / "orders.yaml"
 
     def edit(**changes):
-        from specs.pipeline import load_spec
+        from lakehouse.specs.pipeline import load_spec
 
         path.write_text(yaml.safe_dump({**BASE, "topic": base.events_topic, **changes}))
         spec = load_spec(path)

@@ -1,4 +1,4 @@
-"""Prometheus metrics of `make stream` (`service.metrics`) end to end: the service as a
+"""Prometheus metrics of `make stream` (`orchestration.service.metrics`) end to end: the service as a
 subprocess on a fresh topic and lakehouse, scraped over HTTP while it ingests good, bad and
 late records (from hand-made reports, no Spark: tests/unit/test_metrics.py)."""
 

@@ -51,8 +51,8 @@ def two_pipelines(tmp_path_factory, kafka_bootstrap):
     from assets.resources import LakehouseResource
     from lakehouse.config.env import overridden
     from lakehouse.config.settings import Settings
+    from lakehouse.specs.pipeline import load_spec
     from orchestration.definitions import definitions_for
-    from specs.pipeline import load_spec
     from testkit.generator import GeneratorConfig, end_across_midnight, produce
     from testkit.spec_events import generate_for_spec
 
@@ -151,8 +151,8 @@ def test_orders_service_crashes_lose_and_duplicate_nothing(tmp_path, kafka_boots
     from dagster import DagsterInstance
 
     from lakehouse.config.env import overridden
+    from lakehouse.specs.pipeline import selected_pipeline
     from spark_jobs.stream import INGEST_QUERY
-    from specs.pipeline import selected_pipeline
     from testkit.faults import kill_in_flight, kill_inside_batch, next_batch, running_service, start_service, wait_for
     from testkit.generator import GeneratorConfig, produce
     from testkit.reference import VALID_KINDS
@@ -234,7 +234,7 @@ def test_a_spec_change_leaves_the_dates_computed_before_stale(two_pipelines, tmp
     from dagster._core.loader import LoadingContextForTest
 
     from assets.pipelines import Pipeline
-    from specs.pipeline import load_spec
+    from lakehouse.specs.pipeline import load_spec
 
     t = two_pipelines
     gold = AssetKey(["orders", "reconciled_aggregates"])

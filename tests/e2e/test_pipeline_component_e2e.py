@@ -51,8 +51,8 @@ def test_a_scaffolded_pipeline_catches_up_and_reconciles(tmp_path, kafka_bootstr
     from assets.resources import LakehouseResource
     from lakehouse.config.env import overridden
     from lakehouse.config.settings import Settings
+    from lakehouse.specs.pipeline import defs_dir, load_spec
     from orchestration.definitions import definitions_for
-    from specs.pipeline import defs_dir, load_spec
     from testkit.generator import GeneratorConfig, end_across_midnight, produce
     from testkit.spec_events import expected_windows_for_spec, generate_for_spec, table_windows_for_spec
 

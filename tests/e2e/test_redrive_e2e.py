@@ -52,9 +52,9 @@ def test_redrive_after_a_schema_is_registered_counts_every_record_once(
     from lakehouse.config.settings import Settings
     from lakehouse.events.schema_registry import with_registry_schemas
     from lakehouse.kafka.admin import topic_offsets
+    from lakehouse.specs.pipeline import load_spec, parse_spec
     from lakehouse.tables.catalog import REDRIVEN_TO
     from orchestration.definitions import definitions_for
-    from specs.pipeline import load_spec, parse_spec
     from testkit.avro_events import register_schema
     from testkit.faults import REDRIVE_CRASH, failing_redrive_mark
     from testkit.generator import produce
@@ -257,9 +257,9 @@ def test_a_crash_between_the_late_lane_and_bronze_lands_each_record_once(
     each table."""
     from lakehouse.config.settings import Settings
     from lakehouse.events.schema_registry import with_registry_schemas
+    from lakehouse.specs.pipeline import parse_spec
     from spark_jobs import redrive
     from spark_jobs.stream import run_available_now
-    from specs.pipeline import parse_spec
     from testkit.avro_events import register_schema
     from testkit.generator import GeneratorConfig, produce
     from testkit.reference import VALID_KINDS

@@ -25,8 +25,8 @@ def test_a_rerun_keeps_its_first_attempts_quarantine_verdicts(tmp_path, kafka_bo
     from lakehouse.config.settings import Settings
     from lakehouse.events.schema_registry import with_registry_schemas
     from lakehouse.kafka.admin import topic_offsets
+    from lakehouse.specs.pipeline import parse_spec
     from spark_jobs import stream as stream_module
-    from specs.pipeline import parse_spec
     from testkit.avro_events import register_schema
     from testkit.faults import BRONZE_CRASH, failing_bronze_append
     from testkit.generator import GeneratorConfig, produce

@@ -12,7 +12,7 @@ import yaml
 
 from lakehouse.config.settings import Settings
 from lakehouse.events.schema_registry import RegistryError, registered, with_registry_schemas
-from specs.pipeline import SpecError, load_spec, parse_spec
+from lakehouse.specs.pipeline import SpecError, load_spec, parse_spec
 from testkit.avro_events import register_schema
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

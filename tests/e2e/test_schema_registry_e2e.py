@@ -34,12 +34,12 @@ V3["fields"] = [*V3["fields"], {"name": "channel", "type": "string", "default": 
 def registry_orders(tmp_path_factory, kafka_bootstrap, spark, schema_registry):
     from lakehouse.config.settings import Settings
     from lakehouse.events.schema_registry import with_registry_schemas
-    from service.runner import PipelineStream
+    from lakehouse.specs.pipeline import parse_spec
+    from orchestration.service.runner import PipelineStream
     from spark_jobs import stream as stream_module
     from spark_jobs.corrections import run_corrections
     from spark_jobs.replay import run_replay
     from spark_jobs.stream import run_available_now
-    from specs.pipeline import parse_spec
     from testkit.avro_events import register_schema
     from testkit.generator import GeneratorConfig, produce
     from testkit.spec_events import generate_for_spec

@@ -20,8 +20,8 @@ from reference import aggregate, dedup, rows_of
 
 from lakehouse.config.settings import Settings
 from lakehouse.kafka.admin import admin
+from lakehouse.specs.pipeline import load_spec
 from lakehouse.tables.reads import read
-from specs.pipeline import load_spec
 from testkit.faults import kill_inside_batch, output, running_service, start_service, wait_for
 from testkit.generator import GeneratorConfig, generate, produce
 from testkit.reference import VALID_KINDS

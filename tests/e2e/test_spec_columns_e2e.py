@@ -39,8 +39,8 @@ def clash(tmp_path_factory, kafka_bootstrap):
     from assets.pipelines import spec_pipelines
     from assets.resources import LakehouseResource
     from lakehouse.config.env import overridden
+    from lakehouse.specs.pipeline import load_spec
     from orchestration.definitions import definitions_for
-    from specs.pipeline import load_spec
     from testkit.generator import GeneratorConfig, end_across_midnight, produce
     from testkit.spec_events import generate_for_spec
 

@@ -68,9 +68,9 @@ def test_the_order_spec_changes_mid_stream_twice(tmp_path, kafka_bootstrap):
     from assets.pipelines import spec_pipelines
     from assets.resources import LakehouseResource
     from lakehouse.config.env import overridden
+    from lakehouse.specs.pipeline import load_spec
     from lakehouse.tables.generations import records as registry
     from orchestration.definitions import definitions_for
-    from specs.pipeline import load_spec
     from testkit.generator import GeneratorConfig, end_across_midnight, produce
     from testkit.spec_events import (
         expected_windows_for_spec,

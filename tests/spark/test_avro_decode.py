@@ -14,8 +14,8 @@ import pytest
 from test_avro import EXAMPLES, SPEC, V1, V2, _yaml
 
 from lakehouse.config.settings import Settings, utc
-from specs.pipeline import parse_spec
-from transforms.parse import parsed_events, reasons
+from lakehouse.specs.pipeline import parse_spec
+from spark_jobs.transforms.parse import parsed_events, reasons
 
 BROKER_TIME = datetime(2026, 11, 21, 14, 1, tzinfo=UTC)
 AT = datetime(2026, 11, 21, 14, 0, 5, 123000, tzinfo=UTC)

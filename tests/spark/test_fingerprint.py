@@ -5,7 +5,7 @@ from decimal import Decimal
 
 from pyspark.sql import functions as F
 
-from transforms.windows import fingerprint, fingerprint_sum
+from spark_jobs.transforms.windows import fingerprint, fingerprint_sum
 
 
 def test_the_long_pair_sum_equals_the_decimal_sum_of_the_hashes(spark):

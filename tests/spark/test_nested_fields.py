@@ -11,7 +11,7 @@ from decimal import Decimal
 from test_nested_paths import SPEC
 
 from lakehouse.config.settings import Settings, utc
-from transforms.parse import parsed_events
+from spark_jobs.transforms.parse import parsed_events
 
 BROKER_TIME = datetime(2026, 11, 21, 14, 1, tzinfo=UTC)
 SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"

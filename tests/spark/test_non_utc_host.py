@@ -14,7 +14,7 @@ from lakehouse.config.settings import Settings
 from lakehouse.tables.catalog import BRONZE
 from spark_jobs.run_metadata import bronze_summary
 from spark_jobs.tables import ensure_tables, read_table
-from transforms.recompute import recompute
+from spark_jobs.transforms.recompute import recompute
 
 FALL_BACK = datetime(2026, 11, 1, 6, 0, tzinfo=UTC)  # 02:00 EDT -> 01:00 EST
 

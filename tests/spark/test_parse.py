@@ -10,7 +10,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from lakehouse.config.settings import Settings, utc
-from transforms.parse import REASONS, parsed_events
+from spark_jobs.transforms.parse import REASONS, parsed_events
 
 BROKER_TIME = datetime(2026, 11, 21, 14, 1, tzinfo=UTC)
 SETTINGS = Settings.from_env({"MAX_EVENT_BYTES": "2048"})

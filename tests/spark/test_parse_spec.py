@@ -7,8 +7,8 @@ from decimal import Decimal
 from pathlib import Path
 
 from lakehouse.config.settings import Settings, utc
-from specs.pipeline import load_spec
-from transforms.parse import parsed_events, reasons
+from lakehouse.specs.pipeline import load_spec
+from spark_jobs.transforms.parse import parsed_events, reasons
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BROKER_TIME = datetime(2026, 11, 21, 14, 1, tzinfo=UTC)
@@ -95,7 +95,7 @@ def test_only_the_declared_time_forms_count(spark, tmp_path):
 
 def test_the_default_reasons_are_the_contract():
     from lakehouse.events.shape import DEFAULT_SHAPE
-    from transforms.parse import REASONS
+    from spark_jobs.transforms.parse import REASONS
 
     assert reasons(DEFAULT_SHAPE) == REASONS == (
         "payload_too_large", "empty_payload", "invalid_utf8", "invalid_json", "not_an_object",

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from test_timeline import BASE, embedded, no_data_panels, s, traces
 
-from reporting.timeline_plot import HISTOGRAM, WHAT_IF, render
+from assets.observe.timeline_page import render
+from spark_jobs.timeline import HISTOGRAM, WHAT_IF
 
 # (kafka_timestamp offset s, partition, offset, event_time offset s) -> lag behind the running max
 BRONZE_ROWS = [
@@ -85,7 +86,7 @@ def lakehouse(spark, tmp_path_factory):
 
 
 def test_write_timeline_on_hand_made_tables(spark, lakehouse):
-    from reporting.timeline import write_timeline
+    from assets.observe.timeline_page import write_timeline
 
     result = write_timeline(spark, lakehouse)
     assert result.path == lakehouse.path("reports", "timeline.html")
@@ -117,7 +118,7 @@ def test_write_timeline_on_hand_made_tables(spark, lakehouse):
 
 
 def test_collect_timeline_since_and_custom_delays(spark, lakehouse):
-    from reporting.timeline import collect_timeline
+    from spark_jobs.timeline import collect_timeline
 
     data = collect_timeline(spark, lakehouse, since=BASE + s(3), delays=[s(5)])
     # Rows arriving from 12:00:03 on: event times +3, -3, -57, +5, 0 -> lags none, 6, 60, -2, 5.
@@ -128,7 +129,7 @@ def test_collect_timeline_since_and_custom_delays(spark, lakehouse):
 
 
 def test_collect_timeline_with_nothing_in_range_renders_empty(spark, lakehouse):
-    from reporting.timeline import collect_timeline
+    from spark_jobs.timeline import collect_timeline
 
     data = collect_timeline(spark, lakehouse, since=BASE + timedelta(days=1))
     assert (data.start, data.bronze_rows, data.late_events_rows, data.histogram) == (None, 0, 0, None)

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from lakehouse.config.settings import Settings
-from specs.pipeline import SpecError, load_spec, parse_spec
-from transforms.parse import REASONS, reasons
+from lakehouse.specs.pipeline import SpecError, load_spec, parse_spec
+from spark_jobs.transforms.parse import REASONS, reasons
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SPEC = load_spec(EXAMPLES / "orders_avro.yaml")

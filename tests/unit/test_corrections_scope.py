@@ -3,7 +3,7 @@ count bounded by closing the smallest gaps first, every window still covered."""
 
 from datetime import datetime, timedelta
 
-from transforms.recompute import time_ranges
+from spark_jobs.transforms.recompute import time_ranges
 
 T0 = datetime(2026, 11, 21)
 MIN = timedelta(minutes=1)

@@ -1,4 +1,4 @@
-"""Prometheus metrics of `make stream` (`service.metrics`) from hand-made progress reports and
+"""Prometheus metrics of `make stream` (`orchestration.service.metrics`) from hand-made progress reports and
 Delta commits (no Spark, no broker; end to end: tests/e2e/test_metrics_service.py)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lakehouse.config.settings import Settings
 from lakehouse.kafka.admin import PartitionOffsets
-from service.metrics import StreamMetrics, exposing
-from transforms.parse import REASONS
+from orchestration.service.metrics import StreamMetrics, exposing
+from spark_jobs.transforms.parse import REASONS
 
 Samples = dict[tuple[str, frozenset], float]
 

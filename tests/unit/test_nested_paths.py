@@ -5,8 +5,8 @@ bad path refused naming its field (read on Spark: tests/spark/test_nested_fields
 import pytest
 
 from lakehouse.config.settings import Settings
-from specs.pipeline import SpecError, parse_spec
-from transforms.parse import reasons
+from lakehouse.specs.pipeline import SpecError, parse_spec
+from spark_jobs.transforms.parse import reasons
 
 SHOP = {
     "name": "shop", "topic": "shop",

@@ -12,9 +12,7 @@ from dagster import AssetKey
 from jsonschema import Draft202012Validator
 
 from assets.resources import LakehouseResource
-from orchestration.components import scaffold_text
-from orchestration.definitions import definitions_for
-from specs.pipeline import (
+from lakehouse.specs.pipeline import (
     DEFS_DIR,
     PIPELINE_COMPONENT,
     SpecError,
@@ -24,6 +22,8 @@ from specs.pipeline import (
     selected_pipeline,
     spec_json_schema,
 )
+from orchestration.components import scaffold_text
+from orchestration.definitions import definitions_for
 
 REPO = Path(__file__).resolve().parents[2]
 DG = str(REPO / ".venv/bin/dg")
@@ -108,7 +108,7 @@ def test_the_resource_and_the_service_run_component_pipelines(tmp_path):
     """What runs a pipeline outside the code location's load reads the components too: the
     `lakehouse` resource (each run's settings) and `make stream` (`service_pipelines`)."""
     from lakehouse.config.env import overridden
-    from specs.pipeline import service_pipelines
+    from lakehouse.specs.pipeline import service_pipelines
 
     instance(tmp_path, "orders", orders())
     env = {"LAKEHOUSE_DEFS_DIR": str(tmp_path), "LAKEHOUSE_ROOT": str(tmp_path / "lake")}

@@ -13,7 +13,7 @@ import pytest
 
 from assets.resources import LakehouseResource
 from lakehouse.config.settings import SettingsError
-from specs.pipeline import SpecError, pipeline_specs
+from lakehouse.specs.pipeline import SpecError, pipeline_specs
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = REPO / "tests" / "snapshots" / "asset_graph.txt"
@@ -170,7 +170,7 @@ def test_a_bad_spec_fails_the_load_naming_the_file_and_the_field(tmp_path):
     done = load(f"examples/app_events.yaml, {bad}", tmp_path, "import orchestration.definitions")
     assert done.returncode != 0
     message = done.stderr.strip().splitlines()[-1]
-    assert message.startswith("specs.pipeline.SpecError: ")
+    assert message.startswith("lakehouse.specs.pipeline.SpecError: ")
     assert f"{bad}: measures[0].field: 'amout' is not a declared field" in message
 
 
@@ -234,14 +234,14 @@ def test_every_entry_point_refuses_default_and_collisions_before_anything_runs(
     """`make demo PIPELINE=`, `make stream PIPELINE=` and the code location's PIPELINES share
     one validation: a spec named `default`, or one whose name, folder or prefix another pipeline
     of the deployment has, is refused before the demo produces or the service serves."""
-    import service.runner
+    import orchestration.service.runner
     import testkit.demo
     import testkit.generator
-    from specs.pipeline import selected_pipeline
+    from lakehouse.specs.pipeline import selected_pipeline
 
     started = []
     monkeypatch.setattr(testkit.generator, "produce", lambda *a, **k: started.append("produce"))
-    monkeypatch.setattr(service.runner, "serve", lambda *a, **k: started.append("serve") or 0)
+    monkeypatch.setattr(orchestration.service.runner, "serve", lambda *a, **k: started.append("serve") or 0)
     monkeypatch.chdir(REPO)
     monkeypatch.delenv("PIPELINES", raising=False)
     default = spec(tmp_path, "default.yaml", ORDERS.replace("name: orders", "name: default"))
@@ -277,7 +277,7 @@ def test_every_entry_point_refuses_default_and_collisions_before_anything_runs(
         # The stream service: exit 2 before serving.
         for k, v in env.items():
             monkeypatch.setenv(k, v)
-        assert service.runner.main() == 2
+        assert orchestration.service.runner.main() == 2
         assert message in capsys.readouterr().err
         for k in env:
             monkeypatch.delenv(k)

@@ -63,7 +63,7 @@ def test_every_alert_is_tested_firing_and_quiet():
 def exported_names() -> set[str]:
     """Metric names the service and the daily exporter can export (read from their sources)."""
     names = set()
-    for path in ("service/metrics.py", "orchestration/daily_metrics.py"):
+    for path in ("orchestration/service/metrics.py", "orchestration/daily_metrics.py"):
         text = (REPO / path).read_text()
         for m in re.finditer(r'(Counter|Histogram)?\(?\s*"(lakehouse_[a-z_]+)"', text):
             kind, name = m.group(1), m.group(2)

@@ -25,8 +25,7 @@ HISTORY = REPO / "docs/performance-log.md"
 CURRENT = "\n\n".join(text for path, text in PAGES.items() if path != HISTORY)
 ARCHITECTURE = (REPO / "docs/architecture.md").read_text()  # the folder table
 MAKEFILE = (REPO / "Makefile").read_text()
-PRODUCT = ("orchestration", "service", "assets", "expectations", "reporting", "spark_jobs",
-           "transforms", "specs", "lakehouse")
+PRODUCT = ("orchestration", "assets", "expectations", "spark_jobs", "lakehouse")
 # Variables the docs name that no file of the repo reads, each for a reason.
 READ_ELSEWHERE = {
     "TZ": "the C library's time zone (`TZ=America/New_York make test`)",
@@ -162,7 +161,7 @@ def test_every_metric_the_docs_name_is_exported():
     from prometheus_client import generate_latest
 
     from orchestration.daily_metrics import DailyCollector
-    from service.metrics import StreamMetrics
+    from orchestration.service.metrics import StreamMetrics
 
     metrics = StreamMetrics(Settings.from_env({}), offsets=lambda _: [])
     metrics.lock_held(True)  # the lock gauge appears once the runner took the lock
@@ -171,7 +170,7 @@ def test_every_metric_the_docs_name_is_exported():
         exported.add(family.name + ("_total" if family.type == "counter" else ""))
     assert "lakehouse_stream_batch_duration_seconds" in generate_latest(metrics.registry).decode()
     # The watermark gauges appear once a watermark is known: their names as the source gives them.
-    source = ast.parse((REPO / "service/metrics.py").read_text())
+    source = ast.parse((REPO / "orchestration/service/metrics.py").read_text())
     gauges = {n.value for n in ast.walk(source) if isinstance(n, ast.Constant)
               and isinstance(n.value, str) and re.fullmatch(r"lakehouse_[a-z_]+_seconds", n.value)}
     # Recording rules (`pipeline:lakehouse_..._seconds:p95_5m`, `instance:lakehouse_service_up`)

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from lakehouse.config.settings import Settings
+from lakehouse.specs.pipeline import SpecError, parse_spec
 from lakehouse.tables import catalog, generations
 from lakehouse.tables.catalog import ROOT_FOLDERS
 from lakehouse.tables.locks import checkpoint_lock
-from specs.pipeline import SpecError, parse_spec
 
 FIELDS = {"order_id": "string", "created_at": "timestamp", "region": "string",
           "amount": "decimal(18,2)"}

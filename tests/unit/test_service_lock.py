@@ -10,7 +10,7 @@ import pytest
 
 from lakehouse.config.settings import Settings
 from lakehouse.tables.locks import WriterLockLost
-from service import runner as service
+from orchestration.service import runner as service
 
 
 class FakeFence:

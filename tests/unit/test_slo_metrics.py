@@ -15,7 +15,7 @@ from test_metrics import progress
 from lakehouse.config.settings import Settings
 from lakehouse.kafka.admin import PartitionOffsets
 from lakehouse.tables.commit_tags import batch_tag
-from service.metrics import StreamMetrics, broker_times
+from orchestration.service.metrics import StreamMetrics, broker_times
 
 
 def scraped(metrics: StreamMetrics) -> dict:

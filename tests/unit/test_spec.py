@@ -9,8 +9,8 @@ from pydantic import SecretStr
 
 from lakehouse.config.settings import Settings, SettingsError, is_credential
 from lakehouse.events.shape import DEFAULT_SHAPE, bound_exponent
+from lakehouse.specs.pipeline import SpecError, check_pipelines, load_spec, parse_spec
 from lakehouse.tables import catalog
-from specs.pipeline import SpecError, check_pipelines, load_spec, parse_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FIELDS = {"order_id": "string", "created_at": "timestamp", "region": "string",
@@ -191,7 +191,7 @@ def test_the_range_rule_holds_for_every_accepted_decimal():
     """decimal(p,s) is accepted for 1 <= p <= 38 and s <= min(p, 24); every accepted type's
     values are below 10^min(p-s, 24-s): within the type, and 10^14 of them sum within
     decimal(38,s)."""
-    from transforms.parse import max_abs
+    from spark_jobs.transforms.parse import max_abs
 
     accepted = []
     for p in range(1, 39):

@@ -16,7 +16,7 @@ BASE = yaml.safe_load((EXAMPLES / "orders.yaml").read_text())
 
 def spec_settings(folder: Path, base: Settings, **changes):
     """The order example with `changes`, on `base`'s root and topic: (spec, settings)."""
-    from specs.pipeline import load_spec
+    from lakehouse.specs.pipeline import load_spec
 
     path = folder / f"orders-{uuid.uuid4().hex[:6]}.yaml"
     path.write_text(yaml.safe_dump({**BASE, "topic": base.events_topic, **changes}))

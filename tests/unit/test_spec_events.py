@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from specs.pipeline import load_spec, parse_spec
+from lakehouse.specs.pipeline import load_spec, parse_spec
 from testkit.generator import GeneratorConfig, Record, _encode
 from testkit.reference import VALID_KINDS
 from testkit.spec_events import (

@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from plotly.offline import get_plotlyjs
 
-from reporting.timeline_plot import (
+from assets.observe.timeline_page import render, summary
+from spark_jobs.timeline import (
     HISTOGRAM,
     TIMELINE_SERIES,
     WHAT_IF,
@@ -18,8 +19,6 @@ from reporting.timeline_plot import (
     Series,
     TimelineData,
     choose_bucket,
-    render,
-    summary,
 )
 
 BASE = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)

@@ -5,7 +5,7 @@ fields, a VARIANT keeps plain-notation JSON numbers as exact decimals, so `value
 through a binary float. Numbers in exponent notation arrive in the VARIANT as doubles; for those
 rare rows (and only those: CASE WHEN evaluates lazily) the value is re-read with Jackson's exact
 BigDecimal path (`from_json` into decimal(38,18)). An Avro pipeline's records are decoded into
-that VARIANT by `from_avro` (`transforms.avro`), and classified from there by the same code.
+that VARIANT by `from_avro` (`spark_jobs.transforms.avro`), and classified from there by the same code.
 A nested field is read at its path (`EventShape.path_of`).
 
 The classification's working columns are its own: the fixed ones start with `__` (`__text`,
@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.config.settings import Settings, spark_interval
 from lakehouse.events.shape import DEFAULT_SHAPE, EventShape, bound_exponent, precision_scale
-from transforms import avro
+from spark_jobs.transforms import avro
 
 
 def record_reasons(shape: EventShape) -> tuple[str, ...]:
@@ -181,7 +181,7 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
         F.octet_length("value").alias("value_bytes"),
     )
     too_big = F.col("value_bytes") > F.lit(settings.max_event_bytes)
-    if is_avro:  # decoded into the VARIANT the JSON path parses into (transforms.avro)
+    if is_avro:  # decoded into the VARIANT the JSON path parses into (spark_jobs.transforms.avro)
         df = avro.decode(df, shape.avro, ~too_big)
     else:
         df = df.withColumn("__utf8", F.is_valid_utf8("__text"))

@@ -56,7 +56,7 @@ from lakehouse.tables.commit_tags import batch_of, stream_watermark
 from lakehouse.tables.delta_log import LogFollower, commit_versions, data_file_uri
 from lakehouse.tables.progress_reports import BatchReport
 from spark_jobs import checkpoint as ckpt
-from transforms.parse import reasons
+from spark_jobs.transforms.parse import reasons
 
 QUERIES = (INGEST_QUERY,)
 ADDRESS = "127.0.0.1"

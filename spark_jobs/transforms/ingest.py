@@ -10,8 +10,8 @@ from pyspark.sql import functions as F
 from lakehouse.config.settings import Settings
 from lakehouse.events.shape import EventShape
 from lakehouse.tables.commit_tags import StreamCommit
-from transforms.counting import ARRIVAL_ORDER
-from transforms.windows import window_of
+from spark_jobs.transforms.counting import ARRIVAL_ORDER
+from spark_jobs.transforms.windows import window_of
 
 
 def next_watermark_ms(watermark_ms: int, newest_event_ms: int | None, settings: Settings) -> int:

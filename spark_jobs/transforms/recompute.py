@@ -8,8 +8,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.config.settings import Settings, from_micros
-from transforms.counting import events_for_date
-from transforms.windows import aggregate_windows, with_window_bounds
+from spark_jobs.transforms.counting import events_for_date
+from spark_jobs.transforms.windows import aggregate_windows, with_window_bounds
 
 
 def recompute(bronze: DataFrame, settings: Settings, d: date, scope: DataFrame | None) -> DataFrame:

@@ -1,7 +1,7 @@
 """The observability timeline as ONE self-contained HTML file, drawn with plotly.
 
-No Spark here: `reporting.timeline` collects a `TimelineData`; this module only turns it into a
-page, so the rendering is testable with hand-made data. The page holds:
+`spark_jobs.timeline` collects a `TimelineData`; this module turns it into a page (the rendering
+is testable with hand-made data) and `write_timeline` writes it next to the pipeline's tables. The page holds:
 
 - plotly.js itself, inline, once (what `include_plotlyjs=True` embeds: nothing is fetched from a
   network or CDN when the file is opened);
@@ -19,79 +19,28 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
+from pyspark.sql import SparkSession
 
-Value = float | datetime
-
-# Steps (seconds) for bucket sizes: round numbers of s/min/h/days.
-NICE_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
-                43200, 86400, 172800, 604800, 2592000)
-
-TIMELINE_SERIES = ("lateness_p50", "lateness_p99", "lateness_max", "watermark", "consumer_lag",
-                   "batch_duration", "aggregate_freshness")
-HISTOGRAM, WHAT_IF = "lateness_histogram", "what_if_late_records"
-UNITS = {"lateness_p50": "s", "lateness_p99": "s", "lateness_max": "s", "watermark": "time",
-         "consumer_lag": "records", "batch_duration": "s",
-         "aggregate_freshness": "s", HISTOGRAM: "records", WHAT_IF: "records"}
-NO_DATA = "no data yet"
-
-
-# ---- data ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Series:
-    """One timeline series: (bucket start in UTC, value) points sorted by time. The value is
-    seconds, a record count, or a datetime (the watermark)."""
-
-    name: str
-    points: tuple[tuple[datetime, Value], ...] = ()
-
-
-@dataclass(frozen=True)
-class Histogram:
-    """Records by lag behind the running max event time. `counts` has len(edges) + 1 bins:
-    counts[0] is below edges[0] (including records that advanced the max and the very first
-    record), counts[i] is [edges[i-1], edges[i]), counts[-1] is edges[-1] and above."""
-
-    edges: tuple[timedelta, ...]
-    counts: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class TimelineData:
-    """Everything the report shows; all times are UTC. `start`/`end`/`bucket` are None when
-    neither bronze nor the progress table has a row yet."""
-
-    topic: str
-    generated_at: datetime
-    watermark_delay: timedelta
-    pipeline: str = "default"
-    start: datetime | None = None
-    end: datetime | None = None
-    bucket: timedelta | None = None
-    series: tuple[Series, ...] = ()
-    histogram: Histogram | None = None
-    what_if: tuple[tuple[timedelta, int], ...] = ()  # (candidate delay, records late under it)
-    late_events_rows: int = 0
-    bronze_rows: int = 0
-    newest_event_time: datetime | None = None
-    lateness_overall: Mapping[str, float] = field(default_factory=dict)  # p50/p99/max seconds
-
-    def get(self, name: str) -> Series:
-        return next((s for s in self.series if s.name == name), Series(name))
-
-
-def choose_bucket(span: timedelta, target: int = 120) -> timedelta:
-    """The smallest round bucket that cuts `span` into at most `target` buckets (so 48-120 of
-    them for spans above two minutes)."""
-    seconds = span.total_seconds() / target
-    return timedelta(seconds=next((s for s in NICE_STEPS_S if s >= seconds), NICE_STEPS_S[-1]))
+from lakehouse.config import storage
+from lakehouse.config.settings import Settings
+from lakehouse.tables.catalog import REPORTS_DIR
+from spark_jobs.timeline import (
+    HISTOGRAM,
+    NO_DATA,
+    TIMELINE_SERIES,
+    UNITS,
+    WHAT_IF,
+    TimelineData,
+    Value,
+    collect_timeline,
+)
 
 
 # ---- formatting --------------------------------------------------------------------------------
@@ -396,3 +345,17 @@ def render(data: TimelineData) -> str:
             f"{_json_block('timeline-figure', figure(data).to_json())}"
             f"{_json_block('timeline-data', blob)}"
             f"<script>{plot}</script></body></html>\n")
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    path: str  # a local path or an object-store URI
+    summary: dict[str, Any]
+
+
+def write_timeline(spark: SparkSession, settings: Settings, path: str | None = None) -> ReportResult:
+    """Collect, render and write the report (default `$LAKEHOUSE_ROOT/reports/timeline.html`);
+    the summary is small enough for Dagster metadata."""
+    data = collect_timeline(spark, settings)
+    target = storage.write_text(path or settings.path(REPORTS_DIR, "timeline.html"), render(data))
+    return ReportResult(target, {"path": target, **summary(data)})

@@ -280,7 +280,7 @@ def spec_json_schema() -> dict[str, Any]:
 # location's defs folder (LAKEHOUSE_DEFS_DIR, default orchestration/defs/, one folder per
 # pipeline), of this type, whose attributes are a spec's fields.
 PIPELINE_COMPONENT = "orchestration.components.PipelineComponent"
-DEFS_DIR = Path(__file__).resolve().parents[1] / "orchestration" / "defs"
+DEFS_DIR = Path(__file__).resolve().parents[2] / "orchestration" / "defs"
 
 
 def defs_dir(env: Mapping[str, str] | None = None) -> Path:

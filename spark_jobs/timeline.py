@@ -2,34 +2,92 @@
 
 Only aggregates leave Spark (about 120 rows per series, one row for the histogram); every value is
 collected as epoch microseconds and turned into UTC datetimes here, so nothing depends on the
-Python process's time zone. The drawing (plotly) is `reporting.timeline_plot`.
+Python process's time zone. The drawing (plotly) is `assets.observe.timeline_page`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from lakehouse.config import storage
 from lakehouse.config.settings import Settings
-from lakehouse.tables.catalog import BRONZE, INGEST_QUERY, LATE, PROGRESS, REPORTS_DIR
-from reporting.timeline_plot import Histogram, Series, TimelineData, choose_bucket, render, summary
+from lakehouse.tables.catalog import BRONZE, INGEST_QUERY, LATE, PROGRESS
 from spark_jobs.tables import read_table
+
+Value = float | datetime
+
+# Steps (seconds) for bucket sizes: round numbers of s/min/h/days.
+NICE_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
+                43200, 86400, 172800, 604800, 2592000)
+
+TIMELINE_SERIES = ("lateness_p50", "lateness_p99", "lateness_max", "watermark", "consumer_lag",
+                   "batch_duration", "aggregate_freshness")
+HISTOGRAM, WHAT_IF = "lateness_histogram", "what_if_late_records"
+UNITS = {"lateness_p50": "s", "lateness_p99": "s", "lateness_max": "s", "watermark": "time",
+         "consumer_lag": "records", "batch_duration": "s",
+         "aggregate_freshness": "s", HISTOGRAM: "records", WHAT_IF: "records"}
+NO_DATA = "no data yet"
+
+
+# ---- data ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Series:
+    """One timeline series: (bucket start in UTC, value) points sorted by time. The value is
+    seconds, a record count, or a datetime (the watermark)."""
+
+    name: str
+    points: tuple[tuple[datetime, Value], ...] = ()
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Records by lag behind the running max event time. `counts` has len(edges) + 1 bins:
+    counts[0] is below edges[0] (including records that advanced the max and the very first
+    record), counts[i] is [edges[i-1], edges[i]), counts[-1] is edges[-1] and above."""
+
+    edges: tuple[timedelta, ...]
+    counts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TimelineData:
+    """Everything the report shows; all times are UTC. `start`/`end`/`bucket` are None when
+    neither bronze nor the progress table has a row yet."""
+
+    topic: str
+    generated_at: datetime
+    watermark_delay: timedelta
+    pipeline: str = "default"
+    start: datetime | None = None
+    end: datetime | None = None
+    bucket: timedelta | None = None
+    series: tuple[Series, ...] = ()
+    histogram: Histogram | None = None
+    what_if: tuple[tuple[timedelta, int], ...] = ()  # (candidate delay, records late under it)
+    late_events_rows: int = 0
+    bronze_rows: int = 0
+    newest_event_time: datetime | None = None
+    lateness_overall: Mapping[str, float] = field(default_factory=dict)  # p50/p99/max seconds
+
+    def get(self, name: str) -> Series:
+        return next((s for s in self.series if s.name == name), Series(name))
+
+
+def choose_bucket(span: timedelta, target: int = 120) -> timedelta:
+    """The smallest round bucket that cuts `span` into at most `target` buckets (so 48-120 of
+    them for spans above two minutes)."""
+    seconds = span.total_seconds() / target
+    return timedelta(seconds=next((s for s in NICE_STEPS_S if s >= seconds), NICE_STEPS_S[-1]))
+
 
 DEFAULT_DELAYS = tuple(timedelta(seconds=s) for s in (0, 5, 10, 30, 60, 120, 300, 900, 3600))
 US = 1_000_000
 # Before its first event a query reports watermark 0 (1970-01-01): that is "no watermark yet".
 NO_WATERMARK_BEFORE_US = 86_400 * US
-
-
-@dataclass(frozen=True)
-class ReportResult:
-    path: str  # a local path or an object-store URI
-    summary: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -211,11 +269,3 @@ def collect_timeline(
         newest_event_time=_utc(stats.newest_us),
         lateness_overall=overall,
     )
-
-
-def write_timeline(spark: SparkSession, settings: Settings, path: str | None = None) -> ReportResult:
-    """Collect, render and write the report (default `$LAKEHOUSE_ROOT/reports/timeline.html`);
-    the summary is small enough for Dagster metadata."""
-    data = collect_timeline(spark, settings)
-    target = storage.write_text(path or settings.path(REPORTS_DIR, "timeline.html"), render(data))
-    return ReportResult(target, {"path": target, **summary(data)})

@@ -8,7 +8,7 @@ checkpoint lock while running, so a catch-up started meanwhile fails with a clea
 of corrupting the checkpoint. SIGTERM or SIGINT stops the query and exits 0; since every
 write of a batch is idempotent, a stop (or a crash) mid-batch is repaired by the next start.
 While it runs, Prometheus metrics are served on 127.0.0.1:$METRICS_PORT/metrics
-(`service.metrics`).
+(`orchestration.service.metrics`).
 
 The output says when the service took, released or lost the writer lock (`writer lock: ...`
 lines with the epoch milliseconds), so its commits can be matched to the time it held it. On an
@@ -32,6 +32,7 @@ from lakehouse.config.settings import Settings, SettingsError, spark_interval
 from lakehouse.kafka.admin import PartitionOffsets, ensure_topic, topic_offsets
 from lakehouse.kafka.topic_checks import retention_shortfall
 from lakehouse.kafka.topic_status import retention_ms
+from lakehouse.specs.pipeline import service_pipelines
 from lakehouse.tables.catalog import INGEST_QUERY
 from lakehouse.tables.locks import (
     SERVICE_ROLE,
@@ -42,7 +43,7 @@ from lakehouse.tables.locks import (
     set_role,
 )
 from lakehouse.tables.progress_reports import BatchReport, as_dict
-from service.metrics import exposing, serving
+from orchestration.service.metrics import exposing, serving
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import RecentIds
 from spark_jobs.session import get_spark
@@ -55,7 +56,6 @@ from spark_jobs.stream import (
     schemas_changed,
     start_ingest,
 )
-from specs.pipeline import service_pipelines
 
 PROGRESS_EVERY_S = 30.0  # stream_progress bookkeeping: at most one commit per this long
 LOCK_LOST = 3  # exit status of a service that lost its writer lock
