@@ -1,5 +1,6 @@
-"""The switch of a rebuilt spec generation into its pipeline's folder, as a Dagster op (it makes
-no data of its own: the tables it moves are the assets'), `spark_jobs.generations.switch`."""
+"""The switch to a rebuilt spec generation and the retirement of an old one, as Dagster ops (they
+make no data of their own: the tables are the assets'), `spark_jobs.generations.switch` and
+`retire`."""
 
 from functools import cache
 
@@ -8,7 +9,7 @@ from dagster import Config, Failure, MetadataValue, OpDefinition, OpExecutionCon
 from assets.pipelines import Pipeline
 from assets.reconcile.daily import DAILY_POOL
 from assets.resources import LakehouseResource, SparkResource
-from spark_jobs.generations import SwitchRefused, switch
+from spark_jobs.generations import SwitchRefused, retire, switch
 
 
 class SwitchConfig(Config):
@@ -24,10 +25,10 @@ def switch_op(p: Pipeline) -> OpDefinition:
     beside it); the stream's writer locks of both generations are taken inside."""
 
     @op(name=p.named("switch_in_rebuilt_generation"), pool=p.named(DAILY_POOL),
-        description="Switch the generation rebuilt under the current spec version into the "
-                    "pipeline's folder, once every date is proven in it (gold == its replay "
-                    "from the log) or reported as not rebuildable; the old generation moves to "
-                    "_generations/<its spec version>.")
+        description="Switch to the generation rebuilt under the current spec version, once "
+                    "every date is proven in it (gold == its replay from the log) or reported "
+                    "as not rebuildable: one commit of the generations registry names it "
+                    "current; the old generation stays readable where it is until retired.")
     def switch_generation(context: OpExecutionContext, config: SwitchConfig,
                           lakehouse: LakehouseResource, spark: SparkResource) -> Output[None]:
         settings = lakehouse.settings_for(p.name)
@@ -46,3 +47,31 @@ def switch_op(p: Pipeline) -> OpDefinition:
             "not_rebuildable": MetadataValue.json(report.not_rebuildable)})
 
     return switch_generation
+
+
+class RetireConfig(Config):
+    spec_version: str
+    """The retired generation to delete (`spec_generations.spec_version`, status `retired`)."""
+
+
+@cache
+def retire_op(p: Pipeline) -> OpDefinition:
+    """Pipeline `p`'s retirement of an old generation: its folder deleted, under its stream
+    lock (taken inside: a runner still writing it makes the op fail)."""
+
+    @op(name=p.named("retire_old_generation"), pool=p.named(DAILY_POOL),
+        description="Delete a generation a switch retired (its tables, checkpoints and reports), "
+                    "readable until then; refused for the current generation and one being "
+                    "built.")
+    def retire_generation(context: OpExecutionContext, config: RetireConfig,
+                          lakehouse: LakehouseResource, spark: SparkResource) -> Output[None]:
+        settings = lakehouse.settings_for(p.name)
+        try:
+            where = retire(spark.session, settings, config.spec_version,
+                           run_id=context.run.run_id)
+        except ValueError as exc:
+            raise Failure(description=str(exc)) from exc
+        context.log.info(f"spec version {config.spec_version} retired: {where} deleted")
+        return Output(None, metadata={"spec_version": config.spec_version, "deleted": where})
+
+    return retire_generation

@@ -30,6 +30,7 @@ from assets.observe.freshness import deadline
 from assets.pipelines import DEFAULT, Pipeline, spec_pipelines
 from lakehouse.config.settings import Settings
 from lakehouse.tables import delta_log
+from lakehouse.tables.generations import current
 from lakehouse.tables.reads import bronze_dates, read
 from lakehouse.tables.state_rows import latest_row
 from lakehouse.tables.stats import add_actions
@@ -185,7 +186,7 @@ class DailyCollector:
         yield errors
 
     def _pipeline(self, p: Pipeline, fam: dict, runs: GaugeMetricFamily) -> None:
-        s = p.settings
+        s = current(p.settings)  # the current generation's folder
         now = datetime.fromtimestamp(self._clock(), tz=UTC)
         verdicts = proof_verdicts(self.instance, p) if self.instance is not None else {}
         if self.instance is not None:

@@ -5,7 +5,7 @@ from functools import cache
 
 from dagster import AssetSelection, define_asset_job, job
 
-from assets.generations import switch_op
+from assets.generations import retire_op, switch_op
 from assets.maintain import maintenance_op
 from assets.observe.freshness import freshness_checks_for
 from assets.pipelines import Pipeline
@@ -59,11 +59,19 @@ def pipeline_jobs(p: Pipeline) -> dict:
     # Queued with the daily writers; the op takes both generations' stream locks itself.
     @job(name=p.named("switch_generation"), tags=writes(p, "daily"),
          description="After an edit of the spec that needs a rebuild (lakehouse.tables.generations): "
-                     "switch the generation rebuilt under the new spec version into the "
-                     "pipeline's folder, once every date is proven in it or reported as not "
-                     "rebuildable from the log.")
+                     "switch to the generation rebuilt under the new spec version (one commit "
+                     "of the generations registry), once every date is proven in it or "
+                     "reported as not rebuildable from the log.")
     def switch_generation_job():
         switch_generation()
+
+    retire_generation = retire_op(p)
+
+    @job(name=p.named("retire_generation"), tags=writes(p, "daily"),
+         description="Delete an old generation a switch retired (config: its spec version); "
+                     "it stays readable until then.")
+    def retire_generation_job():
+        retire_generation()
 
     redrive, reconcile_redriven = redrive_ops(p)
 
@@ -118,6 +126,7 @@ def pipeline_jobs(p: Pipeline) -> dict:
                         "every check evaluated)."),
         table_maintenance_job,
         switch_generation_job,
+        retire_generation_job,
         redrive_quarantine_job,
     ]
     prefix = p.named("")

@@ -1,6 +1,7 @@
 """The writes of a pipeline's spec generations (`lakehouse.tables.generations` says what they are):
-the registry's records, the in-place evolution of the tables at the stream's start, and the
-switch of a rebuilt generation into the pipeline's folder."""
+the registry's records, the in-place evolution of the tables at the stream's start, the switch
+to a rebuilt generation (one registry commit: no folder moves) and the retirement of an old one
+(its folder deleted)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from datetime import UTC, date, datetime
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
+from lakehouse.config import storage
 from lakehouse.config.settings import Settings
 from lakehouse.config.storage import local_path
 from lakehouse.kafka.admin import topic_offsets
@@ -20,50 +22,67 @@ from lakehouse.tables.catalog import (
     ALL_TABLES,
     CHECKPOINTS_DIR,
     CORRECTIONS_STATE,
+    LOCKS_DIR,
     REPLAY_STATE,
     REPORTS_DIR,
 )
 from lakehouse.tables.generations import (
     ACTIVE,
     BUILDING,
+    DELETED,
     GENERATIONS_DIR,
+    HERE,
     IN_PLACE,
     REGISTRY,
     REGISTRY_DDL,
     RETIRED,
     SWITCHING,
     active,
-    building_dir,
+    at,
     change_between,
     home,
+    is_current,
     latest_by_version,
+    location_of,
     records,
 )
-from lakehouse.tables.locks import checkpoint_lock
+from lakehouse.tables.locks import checkpoint_lock, registry_lock
 from lakehouse.tables.reads import bronze_dates, compare_tables, read
 from spark_jobs.replay import missing_offsets
 
-# What a generation is made of, besides its tables: moved with them by a switch.
+# What a generation is made of, besides its tables (deleted with them when it is retired).
 GENERATION_DIRS = (CHECKPOINTS_DIR, REPORTS_DIR)
 
 
 def record(spark: SparkSession, settings: Settings, status: str, note: str | None = None,
            not_rebuildable: dict | None = None, run_id: str | None = None,
            replaces: str | None = None) -> None:
-    """Append a row for the spec version of `settings` to the registry."""
-    folder = home(settings)
-    location = "." if settings.home is None else f"{GENERATIONS_DIR}/{settings.results_version}"
-    _append(spark, folder, (settings.results_version, status,
-                            json.dumps(settings.results_inputs, sort_keys=True), location, note,
-                            json.dumps(not_rebuildable) if not_rebuildable else None, run_id,
-                            replaces))
+    """Append a row for the spec version of `settings` (at their location) to the registry."""
+    _append(spark, home(settings), [_row(settings, status, note, not_rebuildable, run_id,
+                                         replaces)])
 
 
-def _append(spark: SparkSession, folder: Settings, row: tuple) -> None:
-    """One registry row, stamped with the time and its sequence number."""
-    stamped = (*row, datetime.now(UTC), len(records(folder)))
-    (spark.createDataFrame([stamped], REGISTRY_DDL).write.format("delta").mode("append")
-     .save(folder.table_path(REGISTRY)))
+def _row(settings: Settings, status: str, note: str | None = None,
+         not_rebuildable: dict | None = None, run_id: str | None = None,
+         replaces: str | None = None) -> tuple:
+    return (settings.results_version, status, json.dumps(settings.results_inputs, sort_keys=True),
+            location_of(settings), note, json.dumps(not_rebuildable) if not_rebuildable else None,
+            run_id, replaces)
+
+
+def _append(spark: SparkSession, folder: Settings, rows: list[tuple], check=None) -> None:
+    """Registry rows in one commit, stamped with the time and their sequence numbers, under the
+    registry's lock; `check(rows)` first sees the registry as it is under the lock (and may
+    refuse)."""
+    with registry_lock(folder) as fence:
+        have = records(folder)
+        if check is not None:
+            check(have)
+        now = datetime.now(UTC)
+        stamped = [(*row, now, len(have) + i) for i, row in enumerate(rows)]
+        fence.check()
+        (spark.createDataFrame(stamped, REGISTRY_DDL).write.format("delta").mode("append")
+         .save(folder.table_path(REGISTRY)))
 
 
 def apply_spec(spark: SparkSession, settings: Settings) -> str | None:
@@ -71,8 +90,8 @@ def apply_spec(spark: SparkSession, settings: Settings) -> str | None:
     an in-place change of the spec (`evolve`). Returns what it did, None when nothing."""
     rows = records(settings)
     mine = latest_by_version(rows).get(settings.results_version)
-    if settings.home is not None:  # a generation being built
-        if mine is None or mine["status"] == RETIRED:
+    if not is_current(settings, rows):  # a generation being built
+        if mine is None or mine["status"] in (RETIRED, DELETED):
             record(spark, settings, BUILDING, note="rebuilt from the Kafka log")
             return f"building spec version {settings.results_version} apart"
         return None
@@ -149,7 +168,8 @@ def verdicts(spark: SparkSession, settings: Settings) -> SwitchReport:
     replayed = _dates_of(settings, REPLAY_STATE.name)
     corrected = _dates_of(settings, CORRECTIONS_STATE.name)
     offsets = topic_offsets(settings)  # one broker round trip for every date
-    for d in sorted(bronze_dates(folder) | bronze_dates(settings)):
+    old = at(folder, HERE if current is None else current.get("location") or HERE)
+    for d in sorted(bronze_dates(old) | bronze_dates(settings)):
         if (gap := missing_offsets(spark, settings, d, offsets)) is not None:
             report.not_rebuildable[d.isoformat()] = str(gap)
         elif d not in replayed or d not in corrected:
@@ -169,58 +189,122 @@ def _dates_of(settings: Settings, table: str) -> set[date]:
 
 def switch(spark: SparkSession, settings: Settings, run_id: str | None = None,
            accept_not_rebuildable: bool = False) -> SwitchReport:
-    """Switch the building generation of `settings` in: once every date is proven in it (or, with
-    `accept_not_rebuildable`, reported as not rebuildable), under both generations' stream locks,
-    the folder's tables, checkpoints and reports move to `_generations/<old version>` and the
-    new generation's into the folder. The registry records the switch (`switching`) and the old
-    generation's retirement before the moves and the new one `active` after: a switch that died
-    between is finished by the next one (each move is done once). Local roots only: an object
-    store has no rename."""
+    """Switch to the generation `settings` build, once every date is proven in it (or, with
+    `accept_not_rebuildable`, reported as not rebuildable): under both generations' stream locks
+    and the registry's lock, one registry commit names it current (`active`, its location) and
+    retires the old one, which stays readable where it is until `retire` deletes it. Nothing
+    moves, so it is the same on a local root and an object store. A switch of the old rename
+    scheme that died midway (`switching`) is finished the old way (local roots)."""
     folder = home(settings)
-    current = active(folder)
-    if settings.home is None and not (current is not None and current["status"] == SWITCHING
-                                      and current["spec_version"] == settings.results_version):
+    rows = records(folder)
+    current = active(folder, rows)
+    if current is not None and current["status"] == SWITCHING:
+        return _finish_renaming(spark, settings, current, run_id)
+    if is_current(settings, rows):
         raise SwitchRefused(f"pipeline {settings.pipeline!r}: no generation is being built "
-                            f"(the folder holds spec version {settings.results_version})",
+                            f"(spec version {settings.results_version} is the current one)",
                             SwitchReport(settings.results_version, settings.results_version))
-    building_settings = settings.model_copy(update={
-        "lakehouse_root": building_dir(settings, settings.results_version),
-        "home": folder.root})
-    if settings.home is None:  # finishing a switch that died: it was proven before it began
-        report = SwitchReport(current["replaces"], settings.results_version,
-                              not_rebuildable=json.loads(current["not_rebuildable"] or "{}"))
-    else:
-        report = verdicts(spark, settings)
-        if report.unproven or (report.not_rebuildable and not accept_not_rebuildable):
-            raise SwitchRefused(
-                f"pipeline {settings.pipeline!r}: spec version {report.new_version} is not "
-                f"switched in: {len(report.unproven)} dates not proven "
-                f"({_listed(report.unproven)}), {len(report.not_rebuildable)} not rebuildable "
-                f"from the log ({_listed(report.not_rebuildable)}"
-                + ("; accept them with accept_not_rebuildable" if report.not_rebuildable else "")
-                + ")", report)
-    root, building = local_path(folder.root), local_path(building_settings.root)
-    if root is None or building is None:
-        raise SwitchRefused("a generation switch renames folders: local roots only (on an "
-                            "object store, point the spec's `tables` at a new folder)", report)
-    old = report.old_version
+    report = verdicts(spark, settings)
+    if report.unproven or (report.not_rebuildable and not accept_not_rebuildable):
+        raise SwitchRefused(
+            f"pipeline {settings.pipeline!r}: spec version {report.new_version} is not "
+            f"switched in: {len(report.unproven)} dates not proven "
+            f"({_listed(report.unproven)}), {len(report.not_rebuildable)} not rebuildable "
+            f"from the log ({_listed(report.not_rebuildable)}"
+            + ("; accept them with accept_not_rebuildable" if report.not_rebuildable else "")
+            + ")", report)
+    old, where = report.old_version, HERE if current is None else current.get("location") or HERE
+    new_row = _row(settings, ACTIVE, note=f"switched in, replacing {old} (at {where})",
+                   not_rebuildable=report.not_rebuildable or None, run_id=run_id, replaces=old)
+
+    def unchanged(now: list[dict]) -> None:
+        again = active(folder, now)
+        if (again and (again["spec_version"], again.get("location"))) != \
+                (current and (current["spec_version"], current.get("location"))):
+            raise SwitchRefused(f"pipeline {settings.pipeline!r}: the current generation changed "
+                                "while the switch was proving dates: run it again", report)
+
+    with ExitStack() as locks:
+        locks.enter_context(checkpoint_lock(at(folder, where)))
+        locks.enter_context(checkpoint_lock(settings))
+        # Every version whose rows name the old location is retired with it (an in-place edit
+        # of a generation leaves its earlier versions' rows there too).
+        retiring = [r for r in latest_by_version(rows).values()
+                    if r["status"] == ACTIVE and (r.get("location") or HERE) == where]
+        if current is not None and not any(r["spec_version"] == old for r in retiring):
+            retiring.append(current)
+        retired = [(r["spec_version"], RETIRED, r["spec"], where,
+                    f"switched out for {report.new_version}", None, run_id, None)
+                   for r in retiring]
+        _append(spark, folder, [*retired, new_row], check=unchanged)
+    report.switched = True
+    return report
+
+
+def retire(spark: SparkSession, settings: Settings, version: str,
+           run_id: str | None = None) -> str:
+    """Delete the folder of the retired generation of spec version `version` (its tables,
+    checkpoints and reports; in the pipeline's folder itself, for the generation a first switch
+    left there: only those), under its stream lock, and record it `deleted`. Refused for the
+    current generation and one being built. Returns its location."""
+    folder = home(settings)
+    rows = records(folder)
+    latest = latest_by_version(rows).get(version)
+    if latest is None:
+        raise ValueError(f"pipeline {settings.pipeline!r}: no generation of spec version "
+                         f"{version!r} (the registry has {sorted(latest_by_version(rows))})")
+    where = latest.get("location") or HERE
+    if latest["status"] != RETIRED:
+        raise ValueError(f"pipeline {settings.pipeline!r}: spec version {version} is "
+                         f"{latest['status']}, not retired: only a generation a switch "
+                         "replaced can be retired")
+    users = [r["spec_version"] for r in latest_by_version(rows).values()
+             if r["status"] in (ACTIVE, BUILDING, SWITCHING)
+             and (r.get("location") or HERE) == where]
+    if users:
+        raise ValueError(f"pipeline {settings.pipeline!r}: the folder {where} of spec version "
+                         f"{version} is in use by {', '.join(users)}")
+    gen = at(folder, where)
+    with checkpoint_lock(gen):  # no runner of the old spec is still writing it
+        if where == HERE:
+            for name in [t.name for t in ALL_TABLES] + list(GENERATION_DIRS):
+                storage.delete_tree(gen.path(name))
+        else:
+            for name in storage.list_names(gen.root):  # the held lock's file last (local)
+                if name != LOCKS_DIR:
+                    storage.delete_tree(gen.path(name))
+        gone = [r for r in latest_by_version(rows).values()
+                if r["status"] == RETIRED and (r.get("location") or HERE) == where]
+        _append(spark, folder, [(r["spec_version"], DELETED, r["spec"], where,
+                                 f"folder deleted (retired: {r['note']})", None, run_id, None)
+                                for r in gone])
+    if where != HERE:
+        storage.delete_tree(gen.root)
+    return where
+
+
+def _finish_renaming(spark: SparkSession, settings: Settings, current: dict,
+                     run_id: str | None) -> SwitchReport:
+    """Finish a switch of the old rename scheme that died between its moves (local roots: the
+    only ones it ran on); it was proven before it began."""
+    folder = home(settings)
+    report = SwitchReport(current["replaces"], current["spec_version"],
+                          not_rebuildable=json.loads(current["not_rebuildable"] or "{}"))
+    root = local_path(folder.root)
+    if root is None:
+        raise SwitchRefused("a switch of the old rename scheme ran on local roots only", report)
+    building = root / GENERATIONS_DIR / report.new_version
     with ExitStack() as locks:
         locks.enter_context(checkpoint_lock(folder))
-        locks.enter_context(checkpoint_lock(building_settings))
-        if settings.home is not None:
-            current = active(folder)  # read again under the locks, before the switch records
-            record(spark, settings, SWITCHING, note=f"from {old}", run_id=run_id,
-                   not_rebuildable=report.not_rebuildable or None, replaces=old)
-            if current is not None:
-                _append(spark, folder, (old, RETIRED, current["spec"],
-                                        f"{GENERATIONS_DIR}/{old}",
-                                        f"switched out for {report.new_version}", None, run_id,
-                                        None))
-        _trade_places(root, building, root / GENERATIONS_DIR / (old or "unversioned"))
-        # `folder` holds the new spec (it is `settings` in the pipeline's folder).
-        record(spark, folder, ACTIVE, note=f"switched in from {GENERATIONS_DIR}/"
-               f"{report.new_version}, replacing {old}", run_id=run_id,
-               not_rebuildable=report.not_rebuildable or None, replaces=old)
+        locks.enter_context(checkpoint_lock(at(folder, f"{GENERATIONS_DIR}/"
+                                                       f"{report.new_version}")))
+        _trade_places(root, building, root / GENERATIONS_DIR / (report.old_version
+                                                                or "unversioned"))
+        # The switched-in spec, in the pipeline's folder (the row's own spec, not `settings`').
+        _append(spark, folder, [(report.new_version, ACTIVE, current["spec"], HERE,
+                                 f"switched in from {GENERATIONS_DIR}/{report.new_version}, "
+                                 f"replacing {report.old_version}", current["not_rebuildable"],
+                                 run_id, report.old_version)])
     report.switched = True
     return report
 

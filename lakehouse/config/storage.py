@@ -165,3 +165,23 @@ def list_names(uri: str, env: Mapping[str, str] | None = None) -> list[str]:
     filesystem, path = arrow_fs(uri, env)
     infos = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
     return sorted(info.base_name for info in infos)
+
+
+def delete_tree(uri: str, env: Mapping[str, str] | None = None) -> bool:
+    """Delete a directory (local) or every object under a prefix (object store); False when
+    there was nothing."""
+    local = local_path(uri)
+    if local is not None:
+        if not local.exists():
+            return False
+        import shutil
+
+        shutil.rmtree(local)
+        return True
+    from pyarrow import fs
+
+    filesystem, path = arrow_fs(uri, env)
+    if filesystem.get_file_info(path).type == fs.FileType.NotFound:
+        return False
+    filesystem.delete_dir(path)
+    return True

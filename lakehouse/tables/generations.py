@@ -16,14 +16,22 @@ edit of the spec is one of:
 - a rebuild: anything else (window size, dimensions, the id or time rules, a field bronze never
   kept, another type, a removed column). The new generation is built apart, in
   `<folder>/_generations/<version>`, from the Kafka log (its stream starts at the earliest
-  retained offset), while the active generation stays in the folder, readable and proven. Its
-  switch (`spark_jobs.generations.switch`) is one step: every date proven or reported as not
-  rebuildable, then the tables trade places under both writer locks.
+  retained offset), while the current generation stays where it is, readable and proven.
+
+Generations are switched by reference, never by moving folders (an object store has no rename):
+the registry's newest `active` row names the current generation's `location` (`.`: the
+pipeline's folder itself, as before any switch and after a switch of the old rename scheme;
+else `_generations/<version>`), and every reader and writer resolves it here (`resolve`,
+`current`, `current_root`: delta-rs, no Spark). The switch (`spark_jobs.generations.switch`) is
+one Delta commit of the registry (the new generation `active`, the old one `retired`), made
+under both generations' stream locks and the registry's lock: a reader sees the registry before
+it or after it. A retired generation stays readable where it is until `retire` deletes it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,10 +49,13 @@ REGISTRY_DDL = """spec_version STRING NOT NULL, status STRING NOT NULL, spec STR
 # once the spec changes).
 SPEC_PROPERTY, VERSION_PROPERTY = "lakehouse.spec", "lakehouse.specVersion"
 ACTIVE, BUILDING, SWITCHING, RETIRED = "active", "building", "switching", "retired"
+# A retired generation whose folder `retire` deleted.
+DELETED = "deleted"
+HERE = "."  # the location of the generation in the pipeline's folder itself
 IN_PLACE = "in place from"  # how the note of an in-place edit's row starts
 # A generation is built in `<folder>/GENERATIONS_DIR/<version>` (named in the catalog with the
-# root's other folders). What its folder holds (moved whole by a switch): every table, the
-# checkpoints and the reports. Locks stay where they are (the switch holds them).
+# root's other folders): every table, the checkpoints, the reports and (local root) the locks.
+# It stays there once switched in: the registry's row names it.
 
 
 class SpecChangePending(RuntimeError):
@@ -108,8 +119,8 @@ def change_between(old: dict, new: dict) -> SpecChange:
 
 # ---- the registry ------------------------------------------------------------------------------
 def home(settings: Settings) -> Settings:
-    """The settings of the pipeline's folder (where the registry and the active generation
-    live)."""
+    """The settings of the pipeline's folder (where the registry lives, and the generation
+    written before any switch)."""
     if settings.home is None:
         return settings
     return settings.model_copy(update={"lakehouse_root": settings.home, "home": None})
@@ -117,6 +128,23 @@ def home(settings: Settings) -> Settings:
 
 def building_dir(settings: Settings, version: str) -> str:
     return storage.join(settings.pipeline_root, GENERATIONS_DIR, version)
+
+
+def location_of(settings: Settings) -> str:
+    """Where `settings` write, relative to the pipeline's folder: `HERE` or
+    `_generations/<version>`."""
+    if settings.home is None:
+        return HERE
+    return settings.root[len(storage.normalize_root(settings.home)):].strip("/") or HERE
+
+
+def at(settings: Settings, location: str) -> Settings:
+    """`settings` writing the generation at `location` (relative to the pipeline's folder)."""
+    folder = home(settings)
+    if location in (HERE, ""):
+        return folder
+    return folder.model_copy(update={"lakehouse_root": storage.join(folder.root, location),
+                                     "home": folder.root})
 
 
 def records(settings: Settings) -> list[dict]:
@@ -134,10 +162,11 @@ def latest_by_version(rows: list[dict]) -> dict[str, dict]:
 
 
 def active(settings: Settings, rows: list[dict] | None = None) -> dict | None:
-    """The generation in the pipeline's folder: the registry's latest `active` (or `switching`:
-    the switch did not finish) row; before any change, the spec its bronze table was created
-    under (`SPEC_PROPERTY`); None for a folder without tables (or created before 2026-11-26
-    without the property: its stream's next start records it)."""
+    """The current generation: the registry's latest `active` row (or `switching`: a switch of
+    the old rename scheme that did not finish), whose `location` says where its tables are;
+    before any change, the spec its bronze table in the pipeline's folder was created under
+    (`SPEC_PROPERTY`); None for a folder without tables (or created before 2026-11-26 without
+    the property: its stream's next start records it)."""
     rows = records(settings) if rows is None else rows
     current = [r for r in latest_by_version(rows).values() if r["status"] in (ACTIVE, SWITCHING)]
     if current:
@@ -147,56 +176,84 @@ def active(settings: Settings, rows: list[dict] | None = None) -> dict | None:
     if spec is None:
         return None
     version = bronze.metadata().configuration.get(VERSION_PROPERTY)
-    return {"spec_version": version, "spec": spec, "status": ACTIVE, "location": "."}
+    return {"spec_version": version, "spec": spec, "status": ACTIVE, "location": HERE}
+
+
+def current(settings: Settings, rows: list[dict] | None = None) -> Settings:
+    """`settings` in the folder of the current generation, whatever spec they hold: what a
+    reader of the pipeline's tables opens."""
+    found = active(settings, rows)
+    return at(settings, HERE if found is None else found.get("location") or HERE)
+
+
+def current_root(pipeline_root: str) -> str:
+    """The folder of a pipeline's current generation, for a reader with only the pipeline's
+    folder (a URI: local, file://, s3a://) and no spec: delta-rs reads the registry."""
+    return current(Settings.from_env({**os.environ, "LAKEHOUSE_ROOT": pipeline_root})).root
+
+
+def is_current(settings: Settings, rows: list[dict] | None = None) -> bool:
+    """Whether `settings` write the current generation (else: one being built)."""
+    found = active(settings, rows)
+    return location_of(settings) == (HERE if found is None else found.get("location") or HERE)
 
 
 def in_place_since(settings: Settings, rows: list[dict] | None = None):
-    """When the spec version these settings write took the pipeline's folder by an in-place
+    """When the spec version these settings write took their generation's folder by an in-place
     edit (the row `apply_spec` recorded): gold rows computed before then lack its new columns.
     None when the folder's tables were created or rebuilt under it."""
-    if settings.home is not None:
-        return None
     rows = records(settings) if rows is None else rows
+    where = location_of(settings)
     return next((r["recorded_at"] for r in rows
                  if r["spec_version"] == settings.results_version and r["status"] == ACTIVE
+                 and (r.get("location") or HERE) == where
                  and (r["note"] or "").startswith(IN_PLACE)), None)
 
 
 def resolve(settings: Settings) -> Settings:
-    """The settings of the generation these settings' spec writes: the pipeline's folder, unless
-    its active generation holds a spec version the spec cannot evolve into in place; then the
-    building generation's folder (`home` set)."""
-    settings = home(settings)
-    current = active(settings)
-    if current is None or current["spec_version"] == settings.results_version:
-        return settings
-    change = change_between(json.loads(current["spec"]), settings.results_inputs)
+    """The settings of the generation these settings' spec writes: the current generation's
+    folder (the registry names it), unless it holds a spec version the spec cannot evolve into
+    in place; then the building generation's folder, `_generations/<version>`."""
+    folder = home(settings)
+    found = active(folder)
+    if found is None:
+        return folder
+    here = at(folder, found.get("location") or HERE)
+    if found["spec_version"] == settings.results_version:
+        return here
+    change = change_between(json.loads(found["spec"]), settings.results_inputs)
     if change.kind != "rebuild":
-        return settings
-    return settings.model_copy(update={
-        "lakehouse_root": building_dir(settings, settings.results_version),
-        "home": settings.pipeline_root})
+        return here
+    building = at(folder, f"{GENERATIONS_DIR}/{settings.results_version}")
+    if building.root == here.root:
+        raise SpecChangePending(
+            f"pipeline {settings.pipeline!r}: spec version {settings.results_version} needs a "
+            f"rebuild ({change.describe()}), but its folder {building.root} holds the current "
+            "generation (an in-place edit of it since); point the spec's `tables` at a new "
+            "folder")
+    return building
 
 
-def pending_change(settings: Settings) -> SpecChange | None:
+def pending_change(settings: Settings, rows: list[dict] | None = None) -> SpecChange | None:
     """An in-place change these settings' spec makes and the stream has not applied yet."""
-    if settings.home is not None:
+    rows = records(settings) if rows is None else rows
+    found = active(settings, rows)
+    if found is None or not is_current(settings, rows) or found["spec_version"] == \
+            settings.results_version:
         return None
-    current = active(settings)
-    if current is None or current["spec_version"] == settings.results_version:
-        return None
-    return change_between(json.loads(current["spec"]), settings.results_inputs)
+    return change_between(json.loads(found["spec"]), settings.results_inputs)
 
 
 def require_applied(settings: Settings) -> None:
-    """Refuse to write tables that hold another spec version, or that a switch is moving
-    (`SpecChangePending`)."""
-    current = active(home(settings))
-    if current is not None and current["status"] == SWITCHING:
+    """Refuse to write tables that hold another spec version, or that a switch of the old
+    rename scheme left half moved (`SpecChangePending`)."""
+    rows = records(settings)
+    found = active(settings, rows)
+    if found is not None and found["status"] == SWITCHING:
         raise SpecChangePending(
             f"pipeline {settings.pipeline!r}: the switch to spec version "
-            f"{current['spec_version']} did not finish: run switch_generation to finish it")
-    change = pending_change(settings)
+            f"{found['spec_version']} did not finish: run switch_generation to finish it")
+    change = pending_change(settings, rows)
     if change is not None:
         raise SpecChangePending(
             f"pipeline {settings.pipeline!r}: the tables under {settings.root} hold another spec "

@@ -372,3 +372,12 @@ def date_lock(settings, d: date, timeout_s: float = 1800.0):
     """Serialize writers of one event date's daily tables (corrections, replay, compaction)."""
     with _lock(settings, f"date-{d.isoformat()}", f"event date {d}", timeout_s) as fence:
         yield fence
+
+
+@contextmanager
+def registry_lock(settings, timeout_s: float = 300.0):
+    """Serialize writers of a pipeline's generations registry (`spec_generations`, in the
+    pipeline's folder `settings`): generations' stream starts and a switch hold different stream
+    locks, and Delta's S3 log store is safe for one writer at a time."""
+    with _lock(settings, "generations", "the generations registry", timeout_s) as fence:
+        yield fence

@@ -108,7 +108,8 @@ def test_each_spec_gets_the_assets_under_its_prefix_in_its_groups(loaded):
 def test_jobs_schedules_and_sensors_are_named_with_the_prefix(loaded):
     _, out = loaded
     default_jobs = ["check_freshness", "correct_dates", "reconcile_dates", "redrive_quarantine",
-                    "report_timeline", "reprocess_dates", "stream_catch_up", "switch_generation",
+                    "report_timeline", "reprocess_dates", "retire_generation", "stream_catch_up",
+                    "switch_generation",
                     "table_maintenance", "verify_dates"]
     assert out["jobs"] == sorted([*default_jobs, *(f"{p}__{j}" for p in ("orders", "app_events")
                                                    for j in default_jobs)])
