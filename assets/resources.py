@@ -199,7 +199,7 @@ class SparkResource(LazyPySparkResource):
 # The assets written by the stream's query (a catch-up), and the jobs that run it or take its
 # locks when a run names no asset selection.
 STREAM_ASSETS = ("bronze_events", "streaming_aggregates")
-STREAM_JOBS = ("stream_catch_up", "switch_generation", "__ASSET_JOB")
+STREAM_JOBS = ("stream_catch_up", "switch_generation", "retire_generation", "__ASSET_JOB")
 
 
 def runs_the_stream(job_name: str, asset_selection) -> bool:
