@@ -8,6 +8,7 @@ import dataclasses
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import yaml
@@ -121,7 +122,7 @@ def test_a_date_beyond_the_retained_log_is_reported_not_rebuildable(tmp_path, ka
     from confluent_kafka import TopicPartition
 
     from lakehouse.kafka.admin import admin, topic_offsets
-    from lakehouse.tables.generations import SpecChangePending, records, resolve
+    from lakehouse.tables.generations import records, resolve
     from spark_jobs.generations import SwitchRefused, switch, verdicts
     from spark_jobs.stream import catch_up
     from testkit.generator import end_across_midnight, produce
@@ -165,36 +166,42 @@ def test_a_date_beyond_the_retained_log_is_reported_not_rebuildable(tmp_path, ka
     assert table_windows_for_spec(v1_spec, read(v1, "reconciled_aggregates")) == \
         expected_windows_for_spec(v1_spec, records_)
     assert all(compare_tables(v1, d) == 0 for d in (first, last))
-    # A switch that dies between its moves: writers refuse until the next switch finishes it.
+    # A switch that dies before its one registry commit changes nothing; the next one switches.
     import spark_jobs.generations as generations
 
-    def dies_after_one_move(root, building, retired):
-        retired.mkdir(parents=True)
-        (root / "reconciled_aggregates").rename(retired / "reconciled_aggregates")
+    def dies(*_, **__):
         raise OSError("killed mid-switch")
 
-    monkeypatch.setattr(generations, "_trade_places", dies_after_one_move)
+    monkeypatch.setattr(generations, "_append", dies)
     with pytest.raises(OSError, match="killed mid-switch"):
         switch(spark, v2, accept_not_rebuildable=True)
     monkeypatch.undo()
-    midway = resolve(edited)
-    assert midway.home is None  # the registry says switching: the folder is where it goes
-    with pytest.raises(SpecChangePending, match="did not finish"):
-        run_replay(spark, midway, last)
-    done = switch(spark, midway)
+    assert resolve(edited).root == v2.root and resolve(v1).root == v1.root
+    done = switch(spark, v2, accept_not_rebuildable=True)
     assert done.switched and done.not_rebuildable == report.not_rebuildable
     row = records(v1)[-1]
-    assert (row["spec_version"], row["status"]) == (v2.results_version, "active")
+    assert (row["spec_version"], row["status"], row["location"]) == (
+        v2.results_version, "active", f"_generations/{v2.results_version}")
     assert json.loads(row["not_rebuildable"]) == report.not_rebuildable
-    assert {(r["spec_version"], r["status"]) for r in records(v1)} >= {
-        (v1.results_version, "retired"), (v2.results_version, "switching")}
+    assert (v1.results_version, "retired", ".") in {
+        (r["spec_version"], r["status"], r["location"]) for r in records(v1)}
+    # Nothing moved: the new generation is current where it was built, the old one readable
+    # where it was until retired.
     now = resolve(edited)
-    assert now.home is None and now.root == v1.root
+    assert (now.root, now.home) == (v2.root, v1.root)
+    with pytest.raises(SwitchRefused, match="no generation is being built"):
+        switch(spark, now)
     assert read(now, "bronze_events").column_names[:2] == ["event_id", "currency"]
-    retired = v1.model_copy(update={"lakehouse_root": f"{v1.root}/_generations/"
-                                                      f"{v1.results_version}"})
-    assert table_windows_for_spec(v1_spec, read(retired, "reconciled_aggregates")) == \
+    assert table_windows_for_spec(v1_spec, read(v1, "reconciled_aggregates")) == \
         expected_windows_for_spec(v1_spec, records_)
+    from spark_jobs.generations import retire
+
+    with pytest.raises(ValueError, match="not retired"):
+        retire(spark, now, v2.results_version)
+    assert retire(spark, now, v1.results_version) == "."
+    assert not Path(v1.table_path("bronze_events")).exists()
+    assert records(v1)[-1]["status"] == "deleted"
+    assert resolve(edited).root == v2.root and read(now, "bronze_events").num_rows > 0
 
 
 @pytest.mark.long
