@@ -48,6 +48,7 @@ from lakehouse.tables import delta_log
 from lakehouse.tables.batch_plan import RECENT_COMMITS, BatchPlan, tagged
 from lakehouse.tables.catalog import BRONZE, INGEST_QUERY, LATE, OPEN, QUARANTINE, SKIPPED, STREAMING
 from lakehouse.tables.commit_tags import StreamCommit, batch_tag, newest_stream_commit
+from lakehouse.tables.generations import pending_change
 from lakehouse.tables.locks import Fence, checkpoint_lock
 from lakehouse.tables.progress_reports import BatchReport, as_dict
 from spark_jobs import checkpoint as ckpt
@@ -595,13 +596,16 @@ def run_available_now(spark: SparkSession, settings: Settings) -> list[dict]:
 def caught_up(settings: Settings) -> bool:
     """True when a catch-up would find nothing to do, decided without Spark (checkpoint files,
     the topic's offsets and id): the checkpoint's last batch committed, its end offsets are
-    the topic's end offsets on every partition, and the topic is the one bronze was ingested
-    from. Anything else (a new or lost checkpoint, a batch to re-run, new records, retention
-    past the position, a replaced topic) is left to `run_available_now`, which handles it.
-    Taken under the checkpoint's lock, like a run: it fails the same way while a runner holds
-    it."""
+    the topic's end offsets on every partition, the topic is the one bronze was ingested
+    from, and no in-place spec edit waits for the query's start to apply it (the corrections,
+    replays and redrives of the edited spec refuse until then). Anything else (a new or lost
+    checkpoint, a batch to re-run, new records, retention past the position, a replaced topic,
+    a spec edit) is left to `run_available_now`, which handles it. Taken under the checkpoint's
+    lock, like a run: it fails the same way while a runner holds it."""
     checkpoint = settings.checkpoint_path(INGEST_QUERY)
     with checkpoint_lock(settings, INGEST_QUERY):
+        if pending_change(settings) is not None:
+            return False
         started = ckpt.batch_ids(None, checkpoint, "offsets")
         if not started or ckpt.last_committed_batch(None, checkpoint) != started[-1]:
             return False
