@@ -2,8 +2,9 @@
 webserver's GraphQL for what the UI shows): a new measure of a field bronze never kept, then a new
 dimension. After each edit the dates computed before are stale; the new generation is built
 apart from the Kafka log while the old one stays readable and proven; the backfill
-(`reprocess_dates`) makes the dates fresh, and the switch job puts the new generation in the
-folder, where gold == the replay == the independent reference under the new spec."""
+(`reprocess_dates`) makes the dates fresh, and the switch job names the new generation current
+where it was built (nothing moves), where gold == the replay == the independent reference under
+the new spec; the old ones stay readable until retired."""
 
 import dataclasses
 import os
@@ -144,11 +145,11 @@ def test_the_order_spec_changes_mid_stream_twice(tmp_path, kafka_bootstrap):
                     checks = run(defs, "reprocess_dates", partition_key=d.isoformat())
                     assert {c.check_name for c in checks} >= {"reconciled_equals_replay"}
                 assert set(stale(url, dates).values()) == {"FRESH"}
-                # Until the switch, the old generation is in the folder, readable and proven.
+                # Until the switch, the old generation is current, readable and proven.
                 proven(*old, prior)
                 run(defs, "switch_generation")
                 now = defs.resources["lakehouse"].settings_for("orders")
-                assert now.home is None and now.root == s1.root
+                assert (now.root, now.home) == (settings.root, s1.root)  # where it was built
                 proven(spec, now, seen)
                 assert set(stale(url, dates).values()) == {"FRESH"}
                 old = (spec, now)
@@ -158,5 +159,4 @@ def test_the_order_spec_changes_mid_stream_twice(tmp_path, kafka_bootstrap):
     v1, v3 = s1.results_version, now.results_version
     assert statuses[-1] == (v3, "active") and (v1, "retired") in statuses
     assert [s for _, s in statuses].count("retired") == 2 and "building" in {s for _, s in statuses}
-    retired = s1.model_copy(update={"lakehouse_root": f"{s1.root}/_generations/{v1}"})
-    proven(spec1, retired, thirds[0])
+    proven(spec1, s1, thirds[0])  # retired, where it was
