@@ -1,0 +1,248 @@
+"""The quarantine redrive across an in-place spec edit (issue 46, done-when 2), through Dagster, on
+a real broker, Spark, Delta and schema registry (Apicurio).
+
+No edit the project applies in place changes which records pass: the classification reads the id,
+the time, the dimensions and the measure fields with their types and paths, and the size, skew
+and start-date limits, and changing any of them is a rebuild (`lakehouse.tables.generations`
+`change_between`: a wider decimal, a new time form, a longer FUTURE_SKEW). A rebuilt generation
+streams the topic again from its earliest offset, classifying every record under the new spec, so
+a value the new spec accepts is counted there without a redrive. What a redrive meets in place
+is an edit made between the quarantine and the fix upstream; here: version 2 of the order schema
+known to the registry under another subject only (its records quarantined as
+`unknown_schema_id`), the date published and proven, then the spec edited in place (a `max` of the
+amount, a longer watermark delay) and version 2 registered under the pipeline's subject.
+
+The redrive refuses until the stream's next start applies the edit (nothing committed); after
+it, a redrive that crashes after its late-lane and bronze appends, before its quarantine mark;
+its re-run lands nothing twice, marks, and recomputes the whole date under the new spec (its new
+column in every window); gold == replay == the independent reference of the edited spec; each
+record of the topic once; a second redrive commits nothing."""
+
+import struct
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from test_redrive_e2e import _errors, _outputs, _versions, generate_records
+
+from lakehouse.tables.reads import bronze_dates, read
+from testkit.runs import run_in, step_failures
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TABLES = ("bronze_events", "late_events", "quarantined_events", "reconciled_aggregates")
+
+
+@pytest.mark.long  # two catch-ups, a reconcile, four redrives with a registry: a few minutes
+def test_a_redrive_after_an_in_place_spec_edit_counts_every_record_once(
+        tmp_path, kafka_bootstrap, spark, schema_registry):
+    from dagster import DagsterInstance
+
+    from assets.pipelines import spec_pipelines
+    from assets.resources import LakehouseResource
+    from lakehouse.config.env import overridden
+    from lakehouse.config.settings import Settings
+    from lakehouse.events.schema_registry import with_registry_schemas
+    from lakehouse.kafka.admin import topic_offsets
+    from lakehouse.specs.pipeline import load_spec, parse_spec
+    from lakehouse.tables.generations import change_between, records
+    from orchestration.definitions import definitions_for
+    from spark_jobs.corrections import run_corrections
+    from spark_jobs.replay import run_replay
+    from testkit.avro_events import register_schema
+    from testkit.faults import REDRIVE_CRASH, failing_redrive_mark
+    from testkit.generator import produce
+    from testkit.reference import VALID_KINDS
+    from testkit.spec_events import (
+        expected_windows_for_spec,
+        rows_for_spec,
+        table_windows_for_spec,
+    )
+
+    topic = f"orders-redrive-edit-{uuid.uuid4().hex[:8]}"
+    subject, elsewhere = f"{topic}-value", f"{topic}-elsewhere-value"
+    data = yaml.safe_load((EXAMPLES / "orders_avro.yaml").read_text())
+    data.update(fields={k: v for k, v in data["fields"].items() if k != "currency"},
+                dimensions=["region"], name="orders_redrive_edit", topic=topic,
+                measures=[{"field": "amount", "aggregates": ["sum"]}],
+                avro={"wire_format": "confluent",
+                      "registry": {"url": schema_registry, "subject": subject}})
+    edited = {**data, "measures": [{"field": "amount", "aggregates": ["sum", "max"]}],
+              "window": {**data["window"], "watermark_delay": "45 seconds"}}
+    path = tmp_path / "orders_redrive_edit.yaml"
+    path.write_text(yaml.safe_dump(data))
+    v1, v2 = ((EXAMPLES / f"orders_v{i}.avsc").read_text() for i in (1, 2))
+    first = register_schema(schema_registry, subject, v1)
+    register_schema(schema_registry, elsewhere, v1)
+    second = register_schema(schema_registry, elsewhere, v2)
+
+    env = {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "LAKEHOUSE_ROOT": str(tmp_path / "lake"),
+           "PIPELINES": str(path)}
+    with overridden(env):
+        spec, instance = load_spec(path), DagsterInstance.ephemeral()
+        job = (spec.prefix + "__{}").format
+        defs = definitions_for(spec_pipelines(), LakehouseResource())
+        settings = defs.resources["lakehouse"].settings_for(spec.name)
+        both = with_registry_schemas(parse_spec({**data, "avro": {
+            "wire_format": "confluent", "registry": {"url": schema_registry,
+                                                     "subject": elsewhere}}})
+            .settings(Settings.from_env(), {})).shape
+        end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
+        generated = generate_records(spec, both, end)
+        ids = [struct.unpack(">I", r.value[1:5])[0] if len(r.value) >= 5 else None
+               for r in generated]
+        assert {first, second} <= set(ids)
+        produce(settings, generated)
+
+        assert run_in(defs, job("stream_catch_up"), instance)[0].success
+        quarantine = read(settings, "quarantined_events").to_pylist()
+        assert sum(q["reason"] == "unknown_schema_id" for q in quarantine) >= ids.count(second)
+        days = sorted({q["quarantine_date"] for q in quarantine})
+        for d in sorted(bronze_dates(settings)):  # published and proven under the first spec
+            result, checks = run_in(defs, job("reconcile_dates"), instance,
+                                    partition_key=d.isoformat())
+            assert result.success and all(c.passed for c in checks), step_failures(result)
+        assert "amount_max" not in read(settings, "reconciled_aggregates").column_names
+
+        # The spec edited in place, and the fix upstream: version 2 under the pipeline's subject.
+        path.write_text(yaml.safe_dump(edited))
+        defs = definitions_for(spec_pipelines(), LakehouseResource())
+        after = defs.resources["lakehouse"].settings_for(spec.name)
+        assert after.root == settings.root and after.home is None  # the same folder
+        assert change_between(settings.results_inputs, after.results_inputs).kind == "in_place"
+        assert register_schema(schema_registry, subject, v2) == second
+        final = load_spec(path)
+        final = final.model_copy(update={"shape": with_registry_schemas(after).shape})
+        valid_v2 = [r for r, i in zip(generated, ids, strict=True)
+                    if i == second and r.kind in VALID_KINDS]
+        assert valid_v2
+
+        # Before the stream's next start applies the edit, the redrive refuses and commits
+        # nothing (a `make stream` still on the first spec is never mixed with the edited one).
+        before = _versions(after, *TABLES)
+        refused, _ = run_in(defs, job("redrive_quarantine"), instance,
+                            partition_key=days[0].isoformat())
+        assert not refused.success
+        assert "applies the change at its next start" in _errors(refused), _errors(refused)
+        assert _versions(after, *TABLES) == before
+
+        assert run_in(defs, job("stream_catch_up"), instance)[0].success  # applies the edit
+        rows = records(after)
+        assert [(r["spec_version"], r["status"]) for r in rows] == [
+            (after.results_version, "active")]
+        assert "new columns amount_max" in rows[0]["note"]
+
+        # A crash after the redrive's late-lane and bronze appends, before its quarantine mark.
+        with failing_redrive_mark():
+            for day in days:
+                crashed, _ = run_in(defs, job("redrive_quarantine"), instance,
+                                    partition_key=day.isoformat())
+                assert not crashed.success and REDRIVE_CRASH in _errors(crashed)
+        assert read(after, "bronze_events").num_rows == \
+            len(generated) - len(quarantine) + len(valid_v2)
+        assert not any(q["redriven_at"] for q in read(after, "quarantined_events").to_pylist())
+
+        # The re-run (every reason): lands nothing twice, marks, recomputes and proves the dates.
+        reruns = {}
+        for day in days:
+            result, _ = run_in(defs, job("redrive_quarantine"), instance,
+                               partition_key=day.isoformat())
+            assert result.success, step_failures(result)
+            reruns[day] = _outputs(result)
+        out = [o[job("redrive_quarantined")] for o in reruns.values()]
+        assert (sum(o["redriven"] for o in out), sum(o["landed_now"] for o in out)) == (
+            len(valid_v2), 0)
+        touched = {date for o in out for date in o["event_dates"]}
+        proof = [o[job("reconcile_redriven_dates")] for o in reruns.values()]
+        assert sum(sum(p["redriven_records"].values()) for p in proof) == len(valid_v2)
+        # A date the redrive did not touch: its next corrections run (the hourly schedule's)
+        # recomputes it whole under the edited spec.
+        for d in sorted(bronze_dates(after)):
+            if d.isoformat() not in touched:
+                run_corrections(spark, after, d, run_id="after-edit")
+                run_replay(spark, after, d)
+
+        # Each record of the topic once: in bronze, or in the quarantine and not redriven.
+        bronze = read(after, "bronze_events")
+        quarantine = read(after, "quarantined_events").to_pylist()
+        in_bronze = list(zip(bronze["partition"].to_pylist(), bronze["offset"].to_pylist(),
+                             strict=True))
+        assert len(in_bronze) == len(set(in_bronze)) == len(rows_for_spec(final, generated))
+        marked = {(q["partition"], q["offset"]) for q in quarantine if q["redriven_at"]}
+        left = {(q["partition"], q["offset"]) for q in quarantine if not q["redriven_at"]}
+        assert len(marked) == len(valid_v2)
+        assert marked <= set(in_bronze) and not left & set(in_bronze)
+        every = {(o.partition, n) for o in topic_offsets(after)
+                 for n in range(o.earliest, o.latest)}
+        assert set(in_bronze) | left == every
+        late = read(after, "late_events")
+        late_keys = list(zip(late["partition"].to_pylist(), late["offset"].to_pylist(),
+                             strict=True))
+        assert len(late_keys) == len(set(late_keys)) and marked <= set(late_keys)
+
+        # gold == replay == the independent reference of the edited spec (its max in every
+        # window: the whole date recomputed, not only the windows the redrive touched).
+        gold = read(after, "reconciled_aggregates")
+        assert gold.num_rows and None not in gold["amount_max"].to_pylist()
+        expected = expected_windows_for_spec(final, generated)
+        assert table_windows_for_spec(final, gold) == expected
+        assert table_windows_for_spec(final, read(after, "replay_aggregates")) == expected
+        assert expected != expected_windows_for_spec(
+            final, [r for r in generated if r not in valid_v2])  # the redrive counted something
+
+        # A second redrive: nothing to do, no commit anywhere.
+        before = _versions(after, *TABLES)
+        for day in days:
+            result, _ = run_in(defs, job("redrive_quarantine"), instance,
+                               partition_key=day.isoformat())
+            assert result.success, step_failures(result)
+            again = _outputs(result)[job("redrive_quarantined")]
+            assert (again["redriven"], again["landed_now"]) == (0, 0)
+        assert _versions(after, *TABLES) == before
+
+
+@pytest.mark.long  # two catch-ups through Dagster: 156 s on a loaded machine (2026-11-27)
+def test_a_catch_up_with_nothing_to_read_applies_an_in_place_edit(instance_env, spark,
+                                                                   monkeypatch):
+    """The refusals of an edited spec's writers say "run the stream catch-up": a catch-up whose
+    checkpoint is at the topic's end (which otherwise starts no query) starts it, and so applies
+    the edit (the default pipeline: WATERMARK_DELAY is its spec)."""
+    from dagster import DagsterInstance
+
+    from assets.pipelines import Pipeline
+    from assets.resources import LakehouseResource
+    from lakehouse.kafka.admin import ensure_topic
+    from lakehouse.tables.generations import SpecChangePending, records, require_applied
+    from orchestration.definitions import definitions_for
+    from spark_jobs.stream import caught_up
+    from testkit.generator import GeneratorConfig, generate, produce
+
+    def code_location():
+        resource = LakehouseResource(
+            lakehouse_root=instance_env.lakehouse_root, events_topic=instance_env.events_topic,
+            kafka_bootstrap_servers=instance_env.kafka_bootstrap_servers)
+        return definitions_for([Pipeline.of(resource.settings)], resource), resource
+
+    ensure_topic(instance_env)
+    end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
+    produce(instance_env, generate(GeneratorConfig(count=50, seed=46, end=end,
+                                                   span=timedelta(minutes=10), keys=2)).records)
+    defs, _ = code_location()
+    instance = DagsterInstance.ephemeral()
+    assert run_in(defs, "stream_catch_up", instance)[0].success
+    assert caught_up(instance_env)
+
+    monkeypatch.setenv("WATERMARK_DELAY", "45 seconds")
+    defs, resource = code_location()
+    edited = resource.settings
+    assert edited.results_version != instance_env.results_version
+    with pytest.raises(SpecChangePending, match="applies the change at its next start"):
+        require_applied(edited)
+    assert not caught_up(edited)  # an edit to apply: not idle
+    result, _ = run_in(defs, "stream_catch_up", instance)
+    assert result.success, step_failures(result)
+    assert [(r["spec_version"], r["status"]) for r in records(edited)] == [
+        (edited.results_version, "active")]
+    require_applied(edited)  # the edit applied: the edited spec's writers go on
+    assert caught_up(edited)
