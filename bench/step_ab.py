@@ -8,6 +8,7 @@ the first (JIT warm-up). Written to bench/results/step-ab-<experiment>-<timestam
                                         # Delta's default (every column), codecs
     python -m bench.step_ab windows     # dedup + windows: the fingerprint as two long sums vs a
                                         # decimal per row; dedup's share
+    python -m bench.step_ab classify    # the first job: classify + cache + counts, and its parts
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ def _bronze(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[]
         "statistics of the catalog's columns": lambda: table(catalog),
         "no statistics": lambda: table({"delta.dataSkippingNumIndexedCols": "0"}),
         "catalog's columns, zstd": lambda: table(catalog, {"compression": "zstd"}),
+        # A unique column's dictionary is built, overflows the page, and is thrown away.
+        "catalog's columns, no dictionary for the unique columns": lambda: table(
+            catalog, {f"parquet.enable.dictionary#{c}": "false"
+                      for c in ("event_id", "offset", "attributes", "record_key")}),
     }
 
 
@@ -92,7 +97,52 @@ def _windows(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[
     }
 
 
-EXPERIMENTS = {"bronze": _bronze, "windows": _windows}
+def _classify(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[], Callable]]:
+    """The batch's first job (classify, cache, the batch's counts) against parts of it: what the
+    cache, the VARIANT's type lookups and the parse itself each cost."""
+    from pyspark.sql import functions as F
+
+    import spark_jobs.transforms.parse as P
+
+    raw = valid.sparkSession.table("step_ab_raw")
+
+    def facts(df):
+        return df.agg(F.count(F.when(F.col("reason").isNull(), 1)),
+                      F.max(F.unix_millis("event_time"))).collect()
+
+    def cached():
+        def run():
+            c = P.classify(raw, settings).persist()
+            facts(c)
+            c.unpersist()
+        return run
+
+    def uncached():
+        return lambda: facts(P.classify(raw, settings))
+
+    def untyped():
+        def run():
+            kept = F.schema_of_variant
+            P.F.schema_of_variant = lambda c: F.lit("STRING")
+            try:
+                facts(P.classify(raw, settings))
+            finally:
+                P.F.schema_of_variant = kept
+        return run
+
+    def parse_only():
+        return lambda: raw.select(F.try_parse_json(F.col("value").cast("string")).alias("v")).agg(
+            F.count(F.when(F.col("v").isNotNull(), 1))).collect()
+
+    return {
+        "classify + cache + counts (the batch's first job)": cached,
+        "classify + counts, no cache": uncached,
+        "classify + counts, no type lookups (schema_of_variant)": untyped,
+        "the JSON parse alone (try_parse_json)": parse_only,
+    }
+
+
+EXPERIMENTS = {"bronze": _bronze, "windows": _windows, "classify": _classify}
 
 
 def main() -> int:
@@ -112,6 +162,7 @@ def main() -> int:
     spark = get_spark(settings)
     spark.conf.set("spark.sql.adaptive.enabled", "false")  # as the ingest query's session
     raw = _raw_frame(spark, n)
+    raw.createOrReplaceTempView("step_ab_raw")
     classified = classify(raw, settings).persist()
     valid = classified.where(F.col("reason").isNull()).select(
         *valid_columns(settings.shape)).cache()
