@@ -18,24 +18,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from lakehouse.tables.locks import pid_alive  # one liveness rule for the locks and the servers
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 class ServerError(RuntimeError):
     pass
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped) is not running
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

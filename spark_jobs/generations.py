@@ -122,7 +122,7 @@ def evolve(spark: SparkSession, settings: Settings) -> dict[str, list[str]]:
     evolution, one ALTER TABLE commit per table; old rows read null in them)."""
     added: dict[str, list[str]] = {}
     for table in ALL_TABLES:
-        found = delta_log.open_table(settings, table.name, without_files=True)
+        found = delta_log.open_table(settings, table.name)
         if found is None:
             continue
         have = {f.name for f in found.schema().fields}

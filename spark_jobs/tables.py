@@ -131,7 +131,7 @@ def migrate_layout(spark: SparkSession, settings: Settings, table: Table) -> boo
 def missing_columns(spark: SparkSession, settings: Settings, table: Table) -> list:
     """The catalog's columns of `table` that the existing table lacks (fields of a StructType;
     none when the table does not exist)."""
-    found = delta_log.open_table(settings, table.name, without_files=True)
+    found = delta_log.open_table(settings, table.name)
     if found is None:
         return []
     have = {f.name for f in found.schema().fields}

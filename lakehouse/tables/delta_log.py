@@ -23,13 +23,13 @@ from lakehouse.config import storage
 from lakehouse.config.settings import Settings
 
 
-def open_table(settings: Settings, name: str, without_files: bool = False) -> DeltaTable | None:
-    """Table `name` at its newest version, or None when it does not exist yet.
-    `without_files`: its metadata and history only (no file list: cheap on a big table)."""
+def open_table(settings: Settings, name: str) -> DeltaTable | None:
+    """Table `name` at its newest version, or None when it does not exist yet. (delta-rs 1.x
+    loads the file list on every open: its `without_files` is ignored with a warning.)"""
     uri, options = settings.delta_rs(name)
     if not DeltaTable.is_deltatable(uri, storage_options=options):
         return None
-    return DeltaTable(uri, storage_options=options, without_files=without_files)
+    return DeltaTable(uri, storage_options=options)
 
 
 def exists(settings: Settings, name: str) -> bool:

@@ -171,7 +171,7 @@ def active(settings: Settings, rows: list[dict] | None = None) -> dict | None:
     current = [r for r in latest_by_version(rows).values() if r["status"] in (ACTIVE, SWITCHING)]
     if current:
         return max(current, key=lambda r: (r["recorded_at"], r["seq"]))
-    bronze = delta_log.open_table(home(settings), "bronze_events", without_files=True)
+    bronze = delta_log.open_table(home(settings), "bronze_events")
     spec = None if bronze is None else bronze.metadata().configuration.get(SPEC_PROPERTY)
     if spec is None:
         return None

@@ -200,14 +200,20 @@ def _kernel_flock_pids(path: Path) -> tuple[list[int], list[int]] | None:
     return exact, inode_only
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs on this host. A zombie (killed, not yet reaped by its parent)
+    does not: a run killed with SIGKILL holds nothing. The one liveness rule of the locks and of
+    the local servers' scripts (infra/daemon.py)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 def _file_holder(root: Path, name: str, what: str) -> LockHolder | None:
@@ -221,7 +227,7 @@ def _file_holder(root: Path, name: str, what: str) -> LockHolder | None:
                               m.group(4)) if m else (None, None, None, None)
     pids = _kernel_flock_pids(path)
     if pids is None:  # no kernel lock table: the record, believed while its pid lives here
-        if pid is None or host not in (None, socket.gethostname()) or not _alive(pid):
+        if pid is None or host not in (None, socket.gethostname()) or not pid_alive(pid):
             return None
         return LockHolder(what, pid, host, since, role)
     exact, inode_only = pids
