@@ -16,7 +16,9 @@ The redrive refuses until the stream's next start applies the edit (nothing comm
 it, a redrive that crashes after its late-lane and bronze appends, before its quarantine mark;
 its re-run lands nothing twice, marks, and recomputes the whole date under the new spec (its new
 column in every window); gold == replay == the independent reference of the edited spec; each
-record of the topic once; a second redrive commits nothing."""
+record of the topic once; a second redrive commits nothing. Beside it: a catch-up with nothing
+new to read applies a pending in-place edit (the refusals tell the user to run one), and the
+values a rebuild accepts are counted by the rebuilt generation, leaving a redrive nothing."""
 
 import struct
 import uuid
@@ -246,3 +248,93 @@ def test_a_catch_up_with_nothing_to_read_applies_an_in_place_edit(instance_env, 
         (edited.results_version, "active")]
     require_applied(edited)  # the edit applied: the edited spec's writers go on
     assert caught_up(edited)
+
+
+@pytest.mark.long  # two catch-ups and a rebuild of every date: 106 s alone (2026-11-27); make test is over budget
+def test_values_a_rebuild_accepts_are_counted_by_the_rebuilt_generation_not_redriven(
+        tmp_path, kafka_bootstrap, spark):
+    """The value-accepting edits (a wider decimal, another time form) are rebuilds: orders
+    quarantined under the first spec (`amount_out_of_range`, `invalid_event_time`) are counted,
+    once, by the generation the edited spec builds from the log; its redrive has nothing to do,
+    and the first generation stays as it was, proven."""
+    import json
+
+    from test_spec_edits import BASE, spec_settings
+
+    from lakehouse.config.settings import Settings
+    from lakehouse.kafka.admin import topic_offsets
+    from lakehouse.tables.generations import change_between, resolve
+    from lakehouse.tables.reads import compare_tables
+    from spark_jobs.corrections import run_corrections
+    from spark_jobs.redrive import run_redrive
+    from spark_jobs.replay import run_replay
+    from spark_jobs.stream import catch_up
+    from testkit.generator import GeneratorConfig, Record, produce
+    from testkit.spec_events import (
+        expected_windows_for_spec,
+        generate_for_spec,
+        table_windows_for_spec,
+    )
+
+    def rebuild_dates(settings):
+        for d in sorted(bronze_dates(settings)):
+            run_replay(spark, settings, d)
+            run_corrections(spark, settings, d, run_id="test", reprocess=True)
+
+    base = Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+                              "LAKEHOUSE_ROOT": str(tmp_path / "lake"),
+                              "EVENTS_TOPIC": f"accept-{uuid.uuid4().hex[:8]}"})
+    narrow = {"fields": {**BASE["fields"], "amount": "decimal(10,2)"},
+              "event_time": {"field": "created_at", "formats": ["iso8601"]}}
+    v1_spec, v1 = spec_settings(tmp_path, base, **narrow)
+    end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
+    generated = generate_for_spec(v1_spec, GeneratorConfig(
+        count=200, seed=46, end=end, span=timedelta(minutes=20), late_fraction=0.05,
+        duplicate_fraction=0.05, malformed_fraction=0.05)).records
+    # Orders the first spec quarantines and the edited one accepts: an amount above
+    # decimal(10,2)'s range, a time in epoch milliseconds.
+    events = [json.loads(r.value) for r in generated if r.kind == "event"][:12]
+    extra = []
+    for i, e in enumerate(events):
+        e = {**e, "order_id": f"accepted-later-{i}"}
+        if i % 2:
+            e["amount"] = "123456789.12"
+        else:
+            e["created_at"] = int(datetime.fromisoformat(e["created_at"]).timestamp() * 1000)
+        extra.append(Record(key=None, value=json.dumps(e).encode(), kind="event"))
+    produce(v1, generated + extra)
+    catch_up(spark, v1)
+    rebuild_dates(v1)
+    reasons = {q["reason"] for q in read(v1, "quarantined_events").to_pylist()}
+    assert {"amount_out_of_range", "invalid_event_time"} <= reasons
+    assert table_windows_for_spec(v1_spec, read(v1, "reconciled_aggregates")) == \
+        expected_windows_for_spec(v1_spec, generated)
+
+    v2_spec, edited = spec_settings(tmp_path, base)  # decimal(18,2), iso8601 and epoch_millis
+    change = change_between(v1.results_inputs, edited.results_inputs)
+    assert change.kind == "rebuild" and "event time changed" in change.why
+    assert any("'amount' read as" in w for w in change.why), change.why
+    v2 = resolve(edited)
+    assert v2.home == v1.root and v2.root != v1.root  # built apart
+    catch_up(spark, v2)  # the new generation, from the earliest retained offset
+    rebuild_dates(v2)
+
+    expected = expected_windows_for_spec(v2_spec, generated + extra)
+    assert expected != expected_windows_for_spec(v2_spec, generated)
+    assert table_windows_for_spec(v2_spec, read(v2, "reconciled_aggregates")) == expected
+    assert table_windows_for_spec(v2_spec, read(v2, "replay_aggregates")) == expected
+    assert all(compare_tables(v2, d) == 0 for d in bronze_dates(v2))
+    # Each record once in the new generation: in bronze or in its quarantine.
+    bronze = read(v2, "bronze_events")
+    keys = list(zip(bronze["partition"].to_pylist(), bronze["offset"].to_pylist(), strict=True))
+    held = {(q["partition"], q["offset"]) for q in read(v2, "quarantined_events").to_pylist()}
+    every = {(o.partition, n) for o in topic_offsets(v2) for n in range(o.earliest, o.latest)}
+    assert len(keys) == len(set(keys)) and not held & set(keys) and held | set(keys) == every
+    assert {f"accepted-later-{i}" for i in range(len(extra))} <= set(
+        bronze["event_id"].to_pylist())
+    # Nothing left for a redrive in the new generation; the first stays as it was, proven.
+    for d in sorted({q["quarantine_date"] for q in read(v2, "quarantined_events").to_pylist()}):
+        assert run_redrive(spark, v2, d, run_id="after-rebuild").total_redriven == 0
+    assert table_windows_for_spec(v1_spec, read(v1, "reconciled_aggregates")) == \
+        expected_windows_for_spec(v1_spec, generated)
+    assert all(compare_tables(v1, d) == 0 for d in bronze_dates(v1))
