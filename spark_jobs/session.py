@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 from lakehouse.config import storage
 from lakehouse.config.settings import Settings
 from lakehouse.tables.catalog import WAREHOUSE_DIR
+from spark_jobs.connect_work import record_session
 
 REPO = Path(__file__).resolve().parents[1]
 SPARK_JARS = REPO / ".jars" / "spark"
@@ -133,7 +134,11 @@ def connect_session(settings: Settings, extra: dict | None = None) -> SparkSessi
     keys = CONNECT_SESSION_KEYS + (CONNECT_SIZED_KEYS if settings.shuffle_partitions_explicit
                                    else ())
     session_conf = {**{k: conf[k] for k in keys}, **(extra or {})}
-    return SparkSession.builder.remote(settings.spark_remote).config(map=session_conf).getOrCreate()
+    spark = SparkSession.builder.remote(settings.spark_remote).config(map=session_conf).getOrCreate()
+    # Its operations run in the server and outlive this process: recorded with the writer
+    # locks, so the next holder stops what a killed run left running (spark_jobs.connect_work).
+    record_session(spark)
+    return spark
 
 
 def get_spark(settings: Settings, extra: dict | None = None,

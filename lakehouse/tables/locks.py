@@ -20,6 +20,15 @@ holder's pid, host, since when and what it is (the role a process declares with 
 "the streaming service"). A local root answers from the kernel's table of file locks
 (/proc/locks), so the record a dead holder left in the lock file never counts as held; an
 object store from the lock server (pg_locks: a session that holds the advisory lock).
+
+Work that outlives its holder: a run over Spark Connect (SPARK_REMOTE) writes through operations
+that run in the server, and an operation whose client was killed keeps running there (detached,
+until the server's `spark.connect.execute.manager.detachedTimeout`, 5 minutes by default) and can
+still commit. So a holder with such a session records it with the lock (`set_remote_work`: a
+second line of a local root's lock file), the record is cleared when the lock is released, and a
+holder that finds one left by a predecessor (which died holding the lock) first stops that
+session's operations and waits until none runs (the callback `on_orphaned_work` registers;
+spark_jobs.connect_work), before it writes anything.
 """
 
 from __future__ import annotations
@@ -54,6 +63,44 @@ class WriterLockLost(RuntimeError):
 
 class LockUnavailable(RuntimeError):
     """No mechanism can give mutual exclusion on this root."""
+
+
+@dataclass(frozen=True)
+class RemoteWork:
+    """A Spark Connect session a lock's holder writes through: the server's host:port (never its
+    URL's parameters, which may hold a token), the session's id and user."""
+
+    endpoint: str
+    session_id: str
+    user_id: str | None = None
+
+    def line(self) -> str:
+        return f"connect {self.endpoint} {self.session_id} {self.user_id or '-'}"
+
+    @classmethod
+    def parse(cls, line: str) -> RemoteWork | None:
+        parts = line.split()
+        if len(parts) != 4 or parts[0] != "connect":
+            return None
+        return cls(parts[1], parts[2], None if parts[3] == "-" else parts[3])
+
+
+_REMOTE_WORK: RemoteWork | None = None
+_STOP_ORPHANED = None
+
+
+def set_remote_work(work: RemoteWork | None) -> None:
+    """The Spark Connect session this process writes through (None: its own driver), recorded
+    with every lock it takes from now on."""
+    global _REMOTE_WORK
+    _REMOTE_WORK = work
+
+
+def on_orphaned_work(stop) -> None:
+    """`stop(settings, what, work)`: stop the operations of a dead holder's session `work` and
+    return once none of them runs (called with the lock held, before the new holder writes)."""
+    global _STOP_ORPHANED
+    _STOP_ORPHANED = stop
 
 
 class Fence:
@@ -222,7 +269,7 @@ def _file_holder(root: Path, name: str, what: str) -> LockHolder | None:
         text = path.read_text().strip()
     except FileNotFoundError:
         return None  # never taken
-    m = _RECORD.match(text)
+    m = _RECORD.match(text.split("\n", 1)[0])
     pid, host, since, role = (int(m.group(1)), m.group(2), _parse_since(m.group(3)),
                               m.group(4)) if m else (None, None, None, None)
     pids = _kernel_flock_pids(path)
@@ -307,10 +354,11 @@ def _pg_lock(url: str | None, root: str, name: str, what: str, wait_s: float | N
 
 @contextmanager
 def _file_lock(root: Path, name: str, what: str, wait_s: float | None,
-               role: str | None = None):
+               role: str | None = None, settings=None):
     path = root / LOCKS_DIR / f"{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    held = False
     try:
         deadline = None if wait_s is None else time.monotonic() + wait_s
         while True:
@@ -319,7 +367,7 @@ def _file_lock(root: Path, name: str, what: str, wait_s: float | None,
                 break
             except BlockingIOError:
                 if deadline is None:
-                    holder = path.read_text().strip() or "another process"
+                    holder = path.read_text().strip().split("\n", 1)[0] or "another process"
                     raise CheckpointBusy(
                         f"{what} under {root} is in use by {holder}: stop that runner "
                         "(make stream / a running catch-up) or wait for it to finish") from None
@@ -327,18 +375,45 @@ def _file_lock(root: Path, name: str, what: str, wait_s: float | None,
                     raise DateBusy(f"{what} is being written by another run for more than "
                                    f"{wait_s:.0f}s ({path})") from None
                 time.sleep(0.5)
-        os.ftruncate(fd, 0)
-        os.write(fd, _record(role).encode())
+        held = True
+        previous = os.pread(fd, 65536, 0).decode(errors="replace").strip().split("\n")
+        orphans = [w for line in previous[1:] if (w := RemoteWork.parse(line))
+                   and w != _REMOTE_WORK]
+        record = _record(role)
+        mine = [_REMOTE_WORK.line()] if _REMOTE_WORK else []
+        if orphans:
+            # A predecessor died holding the lock with a Connect session: its sessions stay
+            # recorded until they are stopped (a holder dying before that leaves them to the
+            # next one), and nothing is written before.
+            _write(fd, [record, *(w.line() for w in orphans), *mine])
+            _stop_orphans(settings, what, orphans)
+        _write(fd, [record, *mine])
         yield Fence()
     finally:
+        if held:  # released: no work of this holder outlives it, so nothing to stop
+            _write(fd, [record])
         os.close(fd)
+
+
+def _write(fd: int, lines: list[str]) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, "\n".join(lines).encode(), 0)
+
+
+def _stop_orphans(settings, what: str, orphans: list[RemoteWork]) -> None:
+    if _STOP_ORPHANED is None:
+        raise LockUnavailable(
+            f"{what}: its last holder died with a Spark Connect session whose operations may "
+            "still write; this process cannot stop them (spark_jobs.connect_work is not loaded)")
+    for work in orphans:
+        _STOP_ORPHANED(settings, what, work)
 
 
 @contextmanager
 def _lock(settings, name: str, what: str, wait_s: float | None, role: str | None = None):
     root = local_path(str(settings.root))
     if root is not None:
-        with _file_lock(root, name, what, wait_s, role) as fence:
+        with _file_lock(root, name, what, wait_s, role, settings) as fence:
             yield fence
     else:
         with _pg_lock(settings.lock_dsn, str(settings.root), name, what, wait_s,
