@@ -89,7 +89,19 @@ def _windows(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[
         return F.sum(W.fingerprint(c)).cast("decimal(38,0)")
 
     deduped = counted_events(valid, None, shape)
+
+    def repartitioned(order=("kafka_timestamp", "topic", "partition", "offset")):
+        kept = (*shape.dimension_names, "event_time", *shape.measure_fields)
+        first = F.min(F.struct(*order, *kept)).alias("f")
+        return (valid.repartition("event_date", "event_id").groupBy("event_date", "event_id")
+                .agg(first).select("event_date", "event_id",
+                                   *[F.col(f"f.{c}").alias(c) for c in kept]))
+
     return {
+        "dedup (shuffled, then one sort) + windows":
+            lambda: aggregate(repartitioned()),
+        "dedup (shuffled, then one sort, no topic in the order) + windows":
+            lambda: aggregate(repartitioned(("kafka_timestamp", "partition", "offset"))),
         "dedup + windows (fingerprint: two long sums)": lambda: aggregate(deduped),
         "dedup + windows (fingerprint: a decimal per row)":
             lambda: aggregate(deduped, decimal_per_row),

@@ -76,6 +76,12 @@ def spark_conf(settings: Settings, short_run: bool = False) -> dict[str, str]:
         # Cached frames (each batch's classification, the corrections' diffs) live for one batch
         # or run: compressing them costs more CPU (~0.6 s per 200k events here) than it saves.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # On a local master shuffle blocks never cross a network: compressing them is CPU for
+        # nothing (an ingest batch's dedup + windows: ~10.4 against ~12.7 µs CPU a record,
+        # bench/results/step-ab-windows-2026-11-27T114303.json .. T114946.json). A cluster keeps
+        # Spark's default.
+        **({"spark.shuffle.compress": "false"} if settings.spark_master.startswith("local")
+           else {}),
         # Delta rebuilds table snapshots with this many tasks (default 50): seconds per commit
         # and per read of a small table on 2 cores.
         "spark.databricks.delta.snapshotPartitions": str(settings.shuffle_partitions),

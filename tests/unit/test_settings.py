@@ -169,6 +169,16 @@ def test_spark_pass_through_and_driver_host():
     assert Settings.from_env({"SPARK_SHUFFLE_PARTITIONS": "6"}).shuffle_partitions_explicit
 
 
+def test_shuffle_blocks_are_compressed_only_where_they_cross_a_network():
+    from spark_jobs.session import spark_conf
+
+    assert spark_conf(Settings.from_env({}))["spark.shuffle.compress"] == "false"
+    cluster = spark_conf(Settings.from_env({"SPARK_MASTER": "spark://127.0.0.1:7077"}))
+    assert "spark.shuffle.compress" not in cluster  # Spark's default: compressed
+    forced = Settings.from_env({"SPARK_CONF_SPARK_SHUFFLE_COMPRESS": "true"})
+    assert spark_conf(forced)["spark.shuffle.compress"] == "true"
+
+
 def test_run_config_overrides_are_validated_like_the_environment(monkeypatch):
     from assets.resources import LakehouseResource
 
