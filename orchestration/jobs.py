@@ -46,32 +46,27 @@ def pipeline_jobs(p: Pipeline) -> dict:
                                 tags=writes(p, "daily"), config=config,
                                 description=description)
 
-    compact_and_vacuum = maintenance_op(p)
+    def daily_op_job(name: str, op_def, description: str):
+        """A job of one op, queued with the daily writers (the op takes its locks itself)."""
+        @job(name=p.named(name), tags=writes(p, "daily"), description=description)
+        def one_op():
+            op_def()
+        return one_op
 
-    @job(name=p.named("table_maintenance"), tags=writes(p, "daily"),
-         description="Compact the small files of every table (OPTIMIZE where no writer races it) "
-                     "and VACUUM files older than each table's Delta log retention.")
-    def table_maintenance_job():
-        compact_and_vacuum()
-
-    switch_generation = switch_op(p)
-
-    # Queued with the daily writers; the op takes both generations' stream locks itself.
-    @job(name=p.named("switch_generation"), tags=writes(p, "daily"),
-         description="After an edit of the spec that needs a rebuild (lakehouse.tables.generations): "
-                     "switch to the generation rebuilt under the new spec version (one commit "
-                     "of the generations registry), once every date is proven in it or "
-                     "reported as not rebuildable from the log.")
-    def switch_generation_job():
-        switch_generation()
-
-    retire_generation = retire_op(p)
-
-    @job(name=p.named("retire_generation"), tags=writes(p, "daily"),
-         description="Delete an old generation a switch retired (config: its spec version); "
-                     "it stays readable until then.")
-    def retire_generation_job():
-        retire_generation()
+    table_maintenance_job = daily_op_job(
+        "table_maintenance", maintenance_op(p),
+        "Compact the small files of every table (OPTIMIZE where no writer races it) and VACUUM "
+        "files older than each table's Delta log retention.")
+    # The op takes both generations' stream locks itself.
+    switch_generation_job = daily_op_job(
+        "switch_generation", switch_op(p),
+        "After an edit of the spec that needs a rebuild (lakehouse.tables.generations): switch to "
+        "the generation rebuilt under the new spec version (one commit of the generations "
+        "registry), once every date is proven in it or reported as not rebuildable from the log.")
+    retire_generation_job = daily_op_job(
+        "retire_generation", retire_op(p),
+        "Delete an old generation a switch retired (config: its spec version); it stays readable "
+        "until then.")
 
     redrive, reconcile_redriven = redrive_ops(p)
 
