@@ -25,6 +25,7 @@ from assets.pipelines import DEFAULT, Pipeline, spec_pipelines  # noqa: E402
 from assets.resources import DEFAULT_LAKEHOUSE, KafkaResource, LakehouseResource, LogPositionResource, SparkResource  # noqa: E402
 from lakehouse.specs.pipeline import DEFS_DIR, SpecError, declared_specs, defs_dir  # noqa: E402
 from orchestration.components import PipelineComponent, pipeline_definitions  # noqa: E402
+from orchestration.sensors import dead_runs_sensor  # noqa: E402
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,6 +76,7 @@ def definitions_for(pipelines: Sequence[Pipeline],
         # Spark runs in one process per run: steps share the session instead of each starting
         # a JVM.
         executor=in_process_executor,
+        sensors=[dead_runs_sensor],
     ))
 
 

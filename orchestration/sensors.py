@@ -13,6 +13,8 @@ running by default:
   retention) every minute without launching a run.
 - `freshness_checks_sensor`: evaluates the freshness checks of `assets.observe.freshness`.
 
+One sensor of the code location, for every pipeline: `fail_dead_runs` (`dead_runs_sensor`).
+
 Sensors receive the `lakehouse` resource, so they read the same settings as the assets
 (`lakehouse.settings_for(pipeline)`).
 """
@@ -23,9 +25,11 @@ from functools import cache
 import pyarrow as pa
 from dagster import (
     AssetObservation,
+    DagsterEventType,
     DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
+    RunsFilter,
     RunStatusSensorContext,
     SensorDefinition,
     SensorEvaluationContext,
@@ -35,6 +39,7 @@ from dagster import (
     run_status_sensor,
     sensor,
 )
+from dagster._core.launcher import DefaultRunLauncher
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
@@ -47,6 +52,7 @@ from assets.pipelines import Pipeline
 from assets.resources import KafkaResource, LakehouseResource
 from lakehouse.config.settings import Settings
 from lakehouse.tables.delta_log import open_table
+from lakehouse.tables.locks import pid_alive
 from orchestration.jobs import pipeline_jobs
 
 
@@ -158,3 +164,47 @@ def pipeline_sensors(p: Pipeline) -> tuple[SensorDefinition, ...]:
         default_status=DefaultSensorStatus.RUNNING)
 
     return late_data_sensor, topic_observation_sensor, prove_corrected_dates, freshness_sensor
+
+
+def run_worker_pid(instance, run_id: str) -> int | None:
+    """The pid of a launched run's worker process, from its `Started process for run` engine
+    event (`dagster api execute_run` records it); None for a run executed in a process of its
+    own (`dagster job execute`, tests)."""
+    for record in instance.get_records_for_run(run_id, of_type=DagsterEventType.ENGINE_EVENT,
+                                               limit=20).records:
+        event = record.event_log_entry.dagster_event
+        pid = event.engine_event_data.metadata.get("pid") if event.engine_event_data else None
+        if pid is not None and "Started process for run" in (record.event_log_entry.message or ""):
+            return int(pid.value)
+    return None
+
+
+def fail_dead_runs(instance) -> list[str]:
+    """Mark failed the STARTED runs whose worker process is gone (killed, out of memory), and free
+    the pool slots they hold: without run monitoring (the default run launcher has none) such a
+    run stays STARTED and holds its pool's slot, so every later run of the pool queues behind
+    it. Runs this host launched only (the default run launcher starts the worker beside the code
+    server evaluating this sensor); their writer locks need nothing: a dead holder's lock is
+    free (`lakehouse.tables.locks`)."""
+    if not isinstance(instance.run_launcher, DefaultRunLauncher):
+        return []
+    failed = []
+    for run in instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.STARTED])):
+        pid = run_worker_pid(instance, run.run_id)
+        if pid is None or pid_alive(pid):
+            continue
+        instance.report_run_failed(run, message=f"its run worker (pid {pid}) is gone: killed or "
+                                                f"out of memory; marked failed by fail_dead_runs")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        failed.append(run.run_id)
+    return failed
+
+
+@sensor(name="fail_dead_runs", minimum_interval_seconds=60,
+        default_status=DefaultSensorStatus.RUNNING,
+        description="Mark failed the runs whose worker process died (killed, out of memory) and "
+                    "free the pool slots they held, so the runs queued behind them start.")
+def dead_runs_sensor(context: SensorEvaluationContext):
+    failed = fail_dead_runs(context.instance)
+    return SkipReason(f"marked failed: {', '.join(failed)}" if failed
+                      else "every started run's worker is alive")

@@ -120,7 +120,8 @@ def test_jobs_schedules_and_sensors_are_named_with_the_prefix(loaded):
     for p in ("orders", "app_events"):
         assert {f"{p}__late_data_sensor", f"{p}__topic_observation_sensor",
                 f"{p}__prove_corrected_dates", f"{p}__freshness_checks_sensor"} <= set(out["sensors"])
-    assert len(out["sensors"]) == 3 * 4
+    # Four a pipeline, and one of the code location (fail_dead_runs: every pipeline's runs).
+    assert len(out["sensors"]) == 3 * 4 + 1 and "fail_dead_runs" in out["sensors"]
     # One set of resources, the default's keys.
     assert out["resources"] == ["kafka", "lakehouse", "log_position", "spark"]
     # The reprocess job configures the pipeline's own corrections op (a valid run config).
