@@ -214,10 +214,10 @@ test-cluster-run: setup
 test: setup lint kafka-up
 	$(PY) -m pytest --ignore=tests/cluster --ignore=tests/alerts -m "not long" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
-# The tests that need no JVM, no broker and no server (tests/unit), in one process: under a
+# The tests that need no JVM, no broker and no server (tests/unit), on the xdist workers: under a
 # minute. `make test` runs them too, with tests/spark and tests/e2e.
 test-unit: setup
-	$(PY) -m pytest tests/unit -n 0 $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The daemon runs the schedules and sensors, which read the broker.
 ui: setup kafka-up
