@@ -34,3 +34,14 @@ def step_failures(result) -> str:
     return "; ".join(str(e.event_specific_data.error.message if e.event_specific_data.error
                          else e.event_specific_data)[:400]
                      for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+
+
+def stop_local_spark() -> None:
+    """Stop this process's SparkSession, if any: on the cluster stack it holds the standalone
+    cluster's cores, so another application (the service, the daemon's runs) would wait for
+    resources until it ends."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession() or SparkSession._instantiatedSession
+    if session is not None:
+        session.stop()

@@ -34,6 +34,7 @@ from lakehouse.kafka.admin import admin, topic_offsets
 from lakehouse.tables.reads import compare_tables, read
 from testkit.generator import GeneratorConfig, generate, produce
 from testkit.results import write_result
+from testkit.runs import stop_local_spark
 
 RUN_TIMEOUT_S = 900
 
@@ -226,7 +227,7 @@ def test_the_pipeline_on_object_storage_a_spark_cluster_postgres_and_three_broke
     assert killed is not None, "never saw the ingest batch in flight"
     infra("infra/spark/cluster.py", "start-worker", str(killed))
     assert outcome["r"][0].success  # the lost executor's tasks ran again elsewhere
-    _stop_local_spark()  # the daemon's runs need the cluster's cores
+    stop_local_spark()  # the daemon's runs need the cluster's cores
 
     # The daily jobs through the daemon: queued, launched in their own processes, with pools.
     figures["automation_stopped"] = stop_automation(instance)
@@ -279,11 +280,3 @@ def test_the_pipeline_on_object_storage_a_spark_cluster_postgres_and_three_broke
     print("cluster run:", json.dumps(figures))
     # A file of its own per run (testkit.results.write_result): the docs cite earlier runs' files.
     write_result("cluster", {"date": datetime.now(UTC).isoformat(timespec="seconds"), **figures})
-
-
-def _stop_local_spark() -> None:
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.getActiveSession() or SparkSession._instantiatedSession
-    if session is not None:
-        session.stop()

@@ -28,6 +28,16 @@ V2 = {**V1, "fields": {**V1["fields"], "quantity": "decimal(10,0)"},
       "measures": [*V1["measures"], {"field": "quantity", "aggregates": ["sum", "max"]}]}
 
 
+@pytest.fixture(autouse=True)
+def cluster_cores_freed():
+    """The test's runs share this process's SparkSession on the standalone cluster: stopped after
+    it, so the next application (test_cluster_service's service) gets the cluster's cores."""
+    yield
+    from testkit.runs import stop_local_spark
+
+    stop_local_spark()
+
+
 def test_an_incompatible_spec_edit_mid_stream_switches_by_reference(tmp_path):
     env = dict(os.environ)
     if not (env.get("LAKEHOUSE_ROOT", "").startswith("s3a://")

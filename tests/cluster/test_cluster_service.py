@@ -21,12 +21,14 @@ from lakehouse.specs.pipeline import load_spec
 from testkit.faults import output, running_service, wait_for
 from testkit.generator import GeneratorConfig, generate, produce
 from testkit.reference import VALID_KINDS
+from testkit.runs import stop_local_spark
 from testkit.spec_events import generate_for_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_two_pipelines_in_one_service_on_the_cluster(tmp_path):
+    stop_local_spark()  # a session of this process would hold the cluster's cores
     env = dict(os.environ)
     if not (env.get("LAKEHOUSE_ROOT", "").startswith("s3a://")
             and env.get("SPARK_MASTER", "").startswith("spark://")):
