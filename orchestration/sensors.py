@@ -167,14 +167,13 @@ def pipeline_sensors(p: Pipeline) -> tuple[SensorDefinition, ...]:
 
 
 def run_worker_pid(instance, run_id: str) -> int | None:
-    """The pid of a launched run's worker process, from its `Started process for run` engine
-    event (`dagster api execute_run` records it); None for a run executed in a process of its
-    own (`dagster job execute`, tests)."""
+    """The pid of a launched run's worker process: the first engine event that names one
+    (`EngineEventData.in_process`, which `dagster api execute_run` records as the worker
+    starts); None for a run executed in a process of its own (`dagster job execute`, tests)."""
     for record in instance.get_records_for_run(run_id, of_type=DagsterEventType.ENGINE_EVENT,
                                                limit=20).records:
-        event = record.event_log_entry.dagster_event
-        pid = event.engine_event_data.metadata.get("pid") if event.engine_event_data else None
-        if pid is not None and "Started process for run" in (record.event_log_entry.message or ""):
+        data = record.event_log_entry.dagster_event.engine_event_data
+        if data is not None and (pid := data.metadata.get("pid")) is not None:
             return int(pid.value)
     return None
 

@@ -25,8 +25,7 @@ def one_op():
 def started(instance: DagsterInstance, pid: int | None):
     run = instance.create_run_for_job(one_op, status=DagsterRunStatus.STARTED)
     if pid is not None:  # what `dagster api execute_run` records as it starts
-        instance.report_engine_event(f"Started process for run (pid: {pid}).", run,
-                                     EngineEventData.in_process(pid))
+        instance.report_engine_event("the worker started", run, EngineEventData.in_process(pid))
     return run
 
 
