@@ -9,12 +9,13 @@ edit of the spec is one of:
 - no change of results (another topic, Spark settings): the same generation;
 - in place: every table can evolve and bronze still holds every column the new spec reads (a
   new measure aggregate of a field bronze keeps, another watermark delay or correction
-  horizon). The tables gain the new columns (old rows keep their values, the new columns are
-  null in them) at the stream's next start, under its writer lock; until then other writers of
-  the new spec refuse (`SpecChangePending`), so a running `make stream` under the old spec is
+  horizon, a wider size or skew limit: MAX_EVENT_BYTES, FUTURE_SKEW, whose quarantined records
+  the redrive can then land). The tables gain the new columns (old rows keep their values,
+  the new columns are null in them) at the stream's next start, under its writer lock; until
+  then other writers of the new spec refuse (`SpecChangePending`), so a running `make stream` under the old spec is
   never mixed with the new one. The dates computed before are stale until reprocessed;
 - a rebuild: anything else (window size, dimensions, the id or time rules, a field bronze never
-  kept, another type, a removed column). The new generation is built apart, in
+  kept, another type, a removed column, a narrower limit). The new generation is built apart, in
   `<folder>/_generations/<version>`, from the Kafka log (its stream starts at the earliest
   retained offset), while the current generation stays where it is, readable and proven.
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -72,6 +74,24 @@ class SpecChange:
         return f"{self.kind}: {'; '.join(self.why)}" if self.why else self.kind
 
 
+def _seconds(text: str) -> float:
+    """A `results_inputs` duration (`str(timedelta)`: '0:05:00', '2 days, 1:00:00.5'), in
+    seconds."""
+    m = re.fullmatch(r"(?:(-?\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)", text)
+    if m is None:
+        raise ValueError(f"not a duration: {text!r}")
+    days, h, mins, s = m.groups()
+    return int(days or 0) * 86400 + int(h) * 3600 + int(mins) * 60 + float(s)
+
+
+# The limits whose widening only lets more records pass (each one the reason it quarantines):
+# everything the tables hold passes under the wider limit as well, so the edit is in place, and
+# the records quarantined for that reason can be given their second chance by the redrive. A
+# narrower limit would refuse records the tables hold: a rebuild.
+_WIDENED = {"max_event_bytes": (int, "payload_too_large"),
+            "future_skew": (_seconds, "event_time_in_future")}
+
+
 def _columns(shape: EventShape) -> dict[str, str]:
     return dict(shape.measure_columns_typed())
 
@@ -87,8 +107,14 @@ def change_between(old: dict, new: dict) -> SpecChange:
         return SpecChange("none")
     a, b = EventShape.model_validate(old["shape"]), EventShape.model_validate(new["shape"])
     rebuild: list[str] = []
+    widened: list[str] = []
     for key in sorted(set(old) | set(new)):
-        if key not in ("shape", "watermark_delay", "correction_horizon") and old.get(key) != new.get(key):
+        if key in ("shape", "watermark_delay", "correction_horizon") or old.get(key) == new.get(key):
+            continue
+        if key in _WIDENED and _WIDENED[key][0](new[key]) > _WIDENED[key][0](old[key]):
+            widened.append(f"{key} {old[key]} -> {new[key]} (records quarantined as "
+                           f"{_WIDENED[key][1]} may pass now: redrive them)")
+        else:
             rebuild.append(f"{key} {old.get(key)} -> {new.get(key)}")
     for what, x, y in (("event id", a.event_id, b.event_id),
                        ("event time", a.event_time, b.event_time),
@@ -114,6 +140,7 @@ def change_between(old: dict, new: dict) -> SpecChange:
         after) > len(before) else []
     in_place += [f"{k} {old[k]} -> {new[k]}" for k in ("watermark_delay", "correction_horizon")
                  if old[k] != new[k]]
+    in_place += widened
     return SpecChange("in_place", tuple(in_place or ["spec edited"]))
 
 

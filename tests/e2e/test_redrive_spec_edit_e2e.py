@@ -1,16 +1,11 @@
 """The quarantine redrive across an in-place spec edit (issue 46, done-when 2), through Dagster, on
 a real broker, Spark, Delta and schema registry (Apicurio).
 
-No edit the project applies in place changes which records pass: the classification reads the id,
-the time, the dimensions and the measure fields with their types and paths, and the size, skew
-and start-date limits, and changing any of them is a rebuild (`lakehouse.tables.generations`
-`change_between`: a wider decimal, a new time form, a longer FUTURE_SKEW). A rebuilt generation
-streams the topic again from its earliest offset, classifying every record under the new spec, so
-a value the new spec accepts is counted there without a redrive. What a redrive meets in place
-is an edit made between the quarantine and the fix upstream; here: version 2 of the order schema
-known to the registry under another subject only (its records quarantined as
-`unknown_schema_id`), the date published and proven, then the spec edited in place (a `max` of the
-amount, a longer watermark delay) and version 2 registered under the pipeline's subject.
+Quarantined for two causes fixed later: version 2 of the order schema known to the registry under
+another subject only (`unknown_schema_id`), and orders above a size limit (`payload_too_large`,
+MAX_EVENT_BYTES). The dates are published and proven; then the spec is edited in place (a `max`
+of the amount, a longer watermark delay, the size limit widened: `lakehouse.tables.generations`
+`change_between`) and version 2 is registered under the pipeline's subject.
 
 The redrive refuses until the stream's next start applies the edit (nothing committed); after
 it, a redrive that crashes after its late-lane and bronze appends, before its quarantine mark;
@@ -18,18 +13,24 @@ its re-run lands nothing twice, marks, and recomputes the whole date under the n
 column in every window); gold == replay == the independent reference of the edited spec; each
 record of the topic once; a second redrive commits nothing. Beside it: a catch-up with nothing
 new to read applies a pending in-place edit (the refusals tell the user to run one), and the
-values a rebuild accepts are counted by the rebuilt generation, leaving a redrive nothing."""
+values only a rebuild accepts (a wider decimal, another time form) are counted by the rebuilt
+generation, leaving a redrive nothing."""
 
+import io
+import json
 import struct
 import uuid
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import fastavro
 import pytest
 import yaml
 from test_redrive_e2e import _errors, _outputs, _versions, generate_records
 
 from lakehouse.tables.reads import bronze_dates, read
+from testkit.generator import Record
 from testkit.runs import run_in, step_failures
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -84,8 +85,6 @@ def test_a_redrive_after_an_in_place_spec_edit_counts_every_record_once(
     with overridden(env):
         spec, instance = load_spec(path), DagsterInstance.ephemeral()
         job = (spec.prefix + "__{}").format
-        defs = definitions_for(spec_pipelines(), LakehouseResource())
-        settings = defs.resources["lakehouse"].settings_for(spec.name)
         both = with_registry_schemas(parse_spec({**data, "avro": {
             "wire_format": "confluent", "registry": {"url": schema_registry,
                                                      "subject": elsewhere}}})
@@ -95,30 +94,58 @@ def test_a_redrive_after_an_in_place_spec_edit_counts_every_record_once(
         ids = [struct.unpack(">I", r.value[1:5])[0] if len(r.value) >= 5 else None
                for r in generated]
         assert {first, second} <= set(ids)
-        produce(settings, generated)
+        # Orders above the first spec's size limit (every other record's size): version 1's
+        # valid orders again, their ids padded.
+        limit = max(len(r.value) for r in generated)
+        schema = fastavro.parse_schema(json.loads(v1))
 
-        assert run_in(defs, job("stream_catch_up"), instance)[0].success
-        quarantine = read(settings, "quarantined_events").to_pylist()
-        assert sum(q["reason"] == "unknown_schema_id" for q in quarantine) >= ids.count(second)
-        days = sorted({q["quarantine_date"] for q in quarantine})
-        for d in sorted(bronze_dates(settings)):  # published and proven under the first spec
-            result, checks = run_in(defs, job("reconcile_dates"), instance,
-                                    partition_key=d.isoformat())
-            assert result.success and all(c.passed for c in checks), step_failures(result)
-        assert "amount_max" not in read(settings, "reconciled_aggregates").column_names
+        def padded(r: Record, n: int) -> Record:
+            order = fastavro.schemaless_reader(io.BytesIO(r.value[5:]), schema)
+            order["order_id"] = f"{order['order_id']}-{'x' * 100}-{n}"
+            body = io.BytesIO()
+            fastavro.schemaless_writer(body, schema, order)
+            return Record(key=r.key, value=r.value[:5] + body.getvalue(), kind="event")
 
-        # The spec edited in place, and the fix upstream: version 2 under the pipeline's subject.
+        big = [padded(r, n) for n, (r, i) in enumerate(
+            [(r, i) for r, i in zip(generated, ids, strict=True)
+             if i == first and r.kind == "event"][:6])]
+        generated += big
+        ids += [first] * len(big)
+        assert all(len(r.value) > limit for r in big)
+
+        with overridden({"MAX_EVENT_BYTES": str(limit)}):
+            defs = definitions_for(spec_pipelines(), LakehouseResource())
+            settings = defs.resources["lakehouse"].settings_for(spec.name)
+            assert settings.max_event_bytes == limit
+            produce(settings, generated)
+            assert run_in(defs, job("stream_catch_up"), instance)[0].success
+            quarantine = read(settings, "quarantined_events").to_pylist()
+            reasons = Counter(q["reason"] for q in quarantine)
+            assert reasons["payload_too_large"] == len(big)
+            assert reasons["unknown_schema_id"] >= sum(
+                i == second for r, i in zip(generated, ids, strict=True) if r not in big)
+            days = sorted({q["quarantine_date"] for q in quarantine})
+            for d in sorted(bronze_dates(settings)):  # published and proven under the first spec
+                result, checks = run_in(defs, job("reconcile_dates"), instance,
+                                        partition_key=d.isoformat())
+                assert result.success and all(c.passed for c in checks), step_failures(result)
+            assert "amount_max" not in read(settings, "reconciled_aggregates").column_names
+
+        # The spec edited in place (MAX_EVENT_BYTES back to its default, 64 KiB, among it), and
+        # the fix upstream: version 2 under the pipeline's subject.
         path.write_text(yaml.safe_dump(edited))
         defs = definitions_for(spec_pipelines(), LakehouseResource())
         after = defs.resources["lakehouse"].settings_for(spec.name)
         assert after.root == settings.root and after.home is None  # the same folder
-        assert change_between(settings.results_inputs, after.results_inputs).kind == "in_place"
+        change = change_between(settings.results_inputs, after.results_inputs)
+        assert change.kind == "in_place" and "payload_too_large" in change.describe(), change
         assert register_schema(schema_registry, subject, v2) == second
         final = load_spec(path)
         final = final.model_copy(update={"shape": with_registry_schemas(after).shape})
-        valid_v2 = [r for r, i in zip(generated, ids, strict=True)
-                    if i == second and r.kind in VALID_KINDS]
-        assert valid_v2
+        # What the fixes let pass: version 2's valid orders and the valid orders above the limit.
+        passing_now = [r for r, i in zip(generated, ids, strict=True)
+                    if (i == second or r in big) and r.kind in VALID_KINDS]
+        assert any(r in big for r in passing_now) and any(r not in big for r in passing_now)
 
         # Before the stream's next start applies the edit, the redrive refuses and commits
         # nothing (a `make stream` still on the first spec is never mixed with the edited one).
@@ -142,7 +169,7 @@ def test_a_redrive_after_an_in_place_spec_edit_counts_every_record_once(
                                     partition_key=day.isoformat())
                 assert not crashed.success and REDRIVE_CRASH in _errors(crashed)
         assert read(after, "bronze_events").num_rows == \
-            len(generated) - len(quarantine) + len(valid_v2)
+            len(generated) - len(quarantine) + len(passing_now)
         assert not any(q["redriven_at"] for q in read(after, "quarantined_events").to_pylist())
 
         # The re-run (every reason): lands nothing twice, marks, recomputes and proves the dates.
@@ -154,10 +181,10 @@ def test_a_redrive_after_an_in_place_spec_edit_counts_every_record_once(
             reruns[day] = _outputs(result)
         out = [o[job("redrive_quarantined")] for o in reruns.values()]
         assert (sum(o["redriven"] for o in out), sum(o["landed_now"] for o in out)) == (
-            len(valid_v2), 0)
+            len(passing_now), 0)
         touched = {date for o in out for date in o["event_dates"]}
         proof = [o[job("reconcile_redriven_dates")] for o in reruns.values()]
-        assert sum(sum(p["redriven_records"].values()) for p in proof) == len(valid_v2)
+        assert sum(sum(p["redriven_records"].values()) for p in proof) == len(passing_now)
         # A date the redrive did not touch: its next corrections run (the hourly schedule's)
         # recomputes it whole under the edited spec.
         for d in sorted(bronze_dates(after)):
@@ -173,7 +200,7 @@ def test_a_redrive_after_an_in_place_spec_edit_counts_every_record_once(
         assert len(in_bronze) == len(set(in_bronze)) == len(rows_for_spec(final, generated))
         marked = {(q["partition"], q["offset"]) for q in quarantine if q["redriven_at"]}
         left = {(q["partition"], q["offset"]) for q in quarantine if not q["redriven_at"]}
-        assert len(marked) == len(valid_v2)
+        assert len(marked) == len(passing_now)
         assert marked <= set(in_bronze) and not left & set(in_bronze)
         every = {(o.partition, n) for o in topic_offsets(after)
                  for n in range(o.earliest, o.latest)}
@@ -191,7 +218,7 @@ def test_a_redrive_after_an_in_place_spec_edit_counts_every_record_once(
         assert table_windows_for_spec(final, gold) == expected
         assert table_windows_for_spec(final, read(after, "replay_aggregates")) == expected
         assert expected != expected_windows_for_spec(
-            final, [r for r in generated if r not in valid_v2])  # the redrive counted something
+            final, [r for r in generated if r not in passing_now])  # the redrive counted something
 
         # A second redrive: nothing to do, no commit anywhere.
         before = _versions(after, *TABLES)

@@ -24,12 +24,14 @@ def spec_settings(folder: Path, base: Settings, **changes):
     return spec, spec.settings(base, {})
 
 
-def kind(tmp_path, **changes) -> tuple[str, tuple[str, ...]]:
+def kind(tmp_path, env=None, before=None, **changes) -> tuple[str, tuple[str, ...]]:
+    """What going from the order example to it with `changes` takes; `before` / `env`: the
+    settings' variables before and after."""
     from lakehouse.tables.generations import change_between
 
-    base = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
-    _, before = spec_settings(tmp_path, base)
-    _, after = spec_settings(tmp_path, base, **changes)
+    root = {"LAKEHOUSE_ROOT": str(tmp_path)}
+    _, before = spec_settings(tmp_path, Settings.from_env({**root, **(before or {})}))
+    _, after = spec_settings(tmp_path, Settings.from_env({**root, **(env or {})}), **changes)
     change = change_between(before.results_inputs, after.results_inputs)
     return change.kind, change.why
 
@@ -44,6 +46,13 @@ def test_what_each_spec_edit_takes(tmp_path):
         "in_place", ("new columns spend_sum",))
     assert kind(tmp_path, window={**BASE["window"], "watermark_delay": "1 minute"})[0] == "in_place"
     assert kind(tmp_path, window={**BASE["window"], "correction_horizon": "3 days"})[0] == "in_place"
+    # A wider size or skew limit: in place, naming the quarantine reason a redrive can meet now.
+    for wider, reason in ((("MAX_EVENT_BYTES", "65536", "131072"), "payload_too_large"),
+                          (("FUTURE_SKEW", "5 minutes", "1 day"), "event_time_in_future")):
+        got, why = kind(tmp_path, env=dict([wider[::2]]), before=dict([wider[:2]]))
+        assert got == "in_place" and len(why) == 1 and reason in why[0], why
+        got, why = kind(tmp_path, env=dict([wider[:2]]), before=dict([wider[::2]]))
+        assert got == "rebuild" and why, why  # narrower: the tables hold what it refuses
     # Rebuilds: what bronze never kept, another window key, another reading of a field.
     rebuild = {
         "window": {**BASE["window"], "size": "5 minutes"},
