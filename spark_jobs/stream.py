@@ -201,6 +201,9 @@ def drop_orphans(spark: SparkSession, settings: Settings, positions: dict[int, i
     beyond = " OR ".join(f"(partition = {p}" + ("" if o is None else f" AND offset >= {o}") + ")"
                          for p, o in positions.items())
     for table in (QUARANTINE, LATE):
+        found = delta_log.open_table(settings, table.name)
+        if found is None or not found.file_uris():
+            continue  # no row at all (a new root): nothing to delete, and no Delta job for it
         (DeltaTable.forPath(spark, settings.table_path(table.name))
          .delete(f"topic = '{settings.events_topic}' AND ({beyond})"))
 
