@@ -25,7 +25,8 @@ Work that outlives its holder: a run over Spark Connect (SPARK_REMOTE) writes th
 that run in the server, and an operation whose client was killed keeps running there (detached,
 until the server's `spark.connect.execute.manager.detachedTimeout`, 5 minutes by default) and can
 still commit. So a holder with such a session records it with the lock (`set_remote_work`: a
-second line of a local root's lock file), the record is cleared when the lock is released, and a
+second line of a local root's lock file; on an object store a row of the lock server's table
+`lakehouse_lock_work`, keyed by the lock), the record is cleared when the lock is released, and a
 holder that finds one left by a predecessor (which died holding the lock) first stops that
 session's operations and waits until none runs (the callback `on_orphaned_work` registers;
 spark_jobs.connect_work), before it writes anything.
@@ -313,9 +314,37 @@ def _pg_holder(url: str | None, root: str, name: str, what: str) -> LockHolder |
     return LockHolder(what, None, client_host or client_addr, started, app or None)
 
 
+# The Spark Connect sessions of an object-store lock's holders (`RemoteWork.line`), by lock key:
+# the advisory lock dies with its holder's connection, this row does not.
+_WORK_TABLE = "lakehouse_lock_work"
+
+
+def _pg_remote_work(conn, key: int, settings, what: str) -> None:
+    """With the advisory lock held: stop the sessions a dead predecessor recorded, then record
+    this holder's (the file lock's second lines, in the lock server)."""
+    import psycopg2
+
+    with conn.cursor() as cur:
+        try:
+            cur.execute(f"CREATE TABLE IF NOT EXISTS {_WORK_TABLE} (lock_key BIGINT NOT NULL, "
+                        "work TEXT NOT NULL, PRIMARY KEY (lock_key, work))")
+        except (psycopg2.errors.UniqueViolation, psycopg2.errors.DuplicateTable):
+            pass  # created at the same moment by a holder of another lock
+        cur.execute(f"SELECT work FROM {_WORK_TABLE} WHERE lock_key = %s", (key,))
+        orphans = [w for (line,) in cur.fetchall()
+                   if (w := RemoteWork.parse(line)) and w != _REMOTE_WORK]
+        if orphans:
+            _stop_orphans(settings, what, orphans)
+            cur.execute(f"DELETE FROM {_WORK_TABLE} WHERE lock_key = %s AND work = ANY(%s)",
+                        (key, [w.line() for w in orphans]))
+        if _REMOTE_WORK:
+            cur.execute(f"INSERT INTO {_WORK_TABLE} VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                        (key, _REMOTE_WORK.line()))
+
+
 @contextmanager
 def _pg_lock(url: str | None, root: str, name: str, what: str, wait_s: float | None,
-             role: str | None = None):
+             role: str | None = None, settings=None):
     """Hold the advisory lock (root, name) on a connection of its own; yields its fence.
     `wait_s` None: fail at once when another session holds it."""
     if not url:
@@ -328,6 +357,7 @@ def _pg_lock(url: str | None, root: str, name: str, what: str, wait_s: float | N
     key = _key(root, name)
     conn = psycopg2.connect(url, application_name=_me(role)[:63], connect_timeout=10)
     conn.autocommit = True
+    recorded = None
     try:
         deadline = None if wait_s is None else time.monotonic() + wait_s
         while True:
@@ -347,8 +377,17 @@ def _pg_lock(url: str | None, root: str, name: str, what: str, wait_s: float | N
                 raise DateBusy(f"{what} under {root} is held by {holder} for more than "
                                f"{wait_s:.0f}s")
             time.sleep(0.5)
+        _pg_remote_work(conn, key, settings, what)
+        recorded = _REMOTE_WORK
         yield _PgFence(conn, key, what)
     finally:
+        if recorded:  # released: no work of this holder outlives it, so nothing to stop
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(f"DELETE FROM {_WORK_TABLE} WHERE lock_key = %s AND work = %s",
+                                (key, recorded.line()))
+            except Exception:  # noqa: BLE001 - a lost connection: the next holder stops it
+                pass
         conn.close()  # releases the lock with the session
 
 
@@ -417,7 +456,7 @@ def _lock(settings, name: str, what: str, wait_s: float | None, role: str | None
             yield fence
     else:
         with _pg_lock(settings.lock_dsn, str(settings.root), name, what, wait_s,
-                      role) as fence:
+                      role, settings) as fence:
             yield fence
 
 

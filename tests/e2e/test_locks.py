@@ -17,6 +17,7 @@ from lakehouse.config.settings import Settings
 from lakehouse.tables.locks import (
     CheckpointBusy,
     LockUnavailable,
+    RemoteWork,
     WriterLockLost,
     checkpoint_lock,
     date_lock,
@@ -52,14 +53,16 @@ def store(url: str | None) -> Settings:
                               "LAKEHOUSE_LOCK_URL": url or ""})
 
 
-def holder_process(settings: Settings) -> subprocess.Popen:
-    """Another process holding the stream's lock until killed; prints 'held' once it has it."""
+def holder_process(settings: Settings, work: RemoteWork | None = None) -> subprocess.Popen:
+    """Another process holding the stream's lock until killed; prints 'held' once it has it.
+    `work`: the Spark Connect session it records with the lock."""
     code = textwrap.dedent(f"""
         import sys, time
-        from lakehouse.tables.locks import checkpoint_lock
+        from lakehouse.tables.locks import RemoteWork, checkpoint_lock, set_remote_work
         from lakehouse.config.settings import Settings
         s = Settings.from_env({{"LAKEHOUSE_ROOT": {settings.root!r},
                                "LAKEHOUSE_LOCK_URL": {settings.lock_dsn or ""!r}}})
+        set_remote_work({work!r})
         with checkpoint_lock(s, "ingest"):
             print("held", flush=True)
             time.sleep(600)
@@ -125,6 +128,50 @@ def test_a_holder_whose_session_is_gone_stops_before_its_next_commit(pg_lock_url
         # Meanwhile another runner can take it.
         with checkpoint_lock(settings, "ingest") as other:
             other.check()
+
+
+def test_the_connect_session_of_a_killed_holder_is_stopped_by_the_next_one(pg_lock_url,
+                                                                           monkeypatch):
+    """An object-store lock's holder over Spark Connect records its session with the lock
+    server; the next holder after a kill stops it (once) before it writes; a holder that
+    released its lock leaves nothing to stop (spark_jobs.connect_work stops a real session:
+    tests/e2e/test_killed_run.py)."""
+    import lakehouse.tables.locks as locks
+
+    stopped = []
+    monkeypatch.setattr(locks, "_STOP_ORPHANED", lambda s, what, w: stopped.append((what, w)))
+    settings = store(pg_lock_url)
+    dead = RemoteWork("127.0.0.1:15002", "0f3a-dead", "runner")
+    holder = holder_process(settings, dead)
+    holder.kill()
+    holder.wait(30)
+    deadline = time.monotonic() + 30
+    while True:  # the server sees the session end
+        try:
+            with checkpoint_lock(settings, "ingest") as fence:
+                fence.check()
+                assert [w for _, w in stopped] == [dead]  # before the new holder goes on
+            break
+        except CheckpointBusy:
+            assert time.monotonic() < deadline, "the killed holder's lock was not freed"
+            time.sleep(0.2)
+    with checkpoint_lock(settings, "ingest"):  # stopped once: its record is gone
+        pass
+    assert len(stopped) == 1 and "ingest" in stopped[0][0]
+
+    # This process over Connect: recorded while it holds the lock, cleared at the release.
+    live = RemoteWork("127.0.0.1:15002", "1b2c-live", None)
+    monkeypatch.setattr(locks, "_REMOTE_WORK", live)
+    with checkpoint_lock(settings, "ingest"):
+        import psycopg2
+
+        with psycopg2.connect(pg_lock_url) as conn, conn.cursor() as cur:
+            cur.execute("SELECT work FROM lakehouse_lock_work")
+            assert (live.line(),) in cur.fetchall()
+    monkeypatch.setattr(locks, "_REMOTE_WORK", None)
+    with checkpoint_lock(settings, "ingest"):
+        pass
+    assert len(stopped) == 1
 
 
 def test_writers_of_a_date_take_turns(pg_lock_url):
