@@ -11,8 +11,8 @@ The redrive refuses until the stream's next start applies the edit (nothing comm
 it, a redrive that crashes after its late-lane and bronze appends, before its quarantine mark;
 its re-run lands nothing twice, marks, and recomputes the whole date under the new spec (its new
 column in every window); gold == replay == the independent reference of the edited spec; each
-record of the topic once; a second redrive commits nothing. Beside it: a catch-up with nothing
-new to read applies a pending in-place edit (the refusals tell the user to run one), and the
+record of the topic once; a second redrive commits nothing; the catch-up that applies the edit
+has nothing new to read (the refusals tell the user to run one). Beside it: the
 values only a rebuild accepts (a wider decimal, another time form) are counted by the rebuilt
 generation, leaving a redrive nothing."""
 
@@ -49,10 +49,16 @@ def test_a_redrive_after_an_in_place_spec_edit_counts_every_record_once(
     from lakehouse.events.schema_registry import with_registry_schemas
     from lakehouse.kafka.admin import topic_offsets
     from lakehouse.specs.pipeline import load_spec, parse_spec
-    from lakehouse.tables.generations import change_between, records
+    from lakehouse.tables.generations import (
+        SpecChangePending,
+        change_between,
+        records,
+        require_applied,
+    )
     from orchestration.definitions import definitions_for
     from spark_jobs.corrections import run_corrections
     from spark_jobs.replay import run_replay
+    from spark_jobs.stream import caught_up
     from testkit.avro_events import register_schema
     from testkit.faults import REDRIVE_CRASH, failing_redrive_mark
     from testkit.generator import produce
@@ -156,7 +162,14 @@ def test_a_redrive_after_an_in_place_spec_edit_counts_every_record_once(
         assert "applies the change at its next start" in _errors(refused), _errors(refused)
         assert _versions(after, *TABLES) == before
 
+        # The refusals say "run the stream catch-up": one with nothing new to read (which
+        # otherwise starts no query) is not idle while an edit waits, and applies it.
+        with pytest.raises(SpecChangePending, match="applies the change at its next start"):
+            require_applied(after)
+        assert not caught_up(after)
         assert run_in(defs, job("stream_catch_up"), instance)[0].success  # applies the edit
+        require_applied(after)  # the edited spec's writers go on
+        assert caught_up(after)
         rows = records(after)
         assert [(r["spec_version"], r["status"]) for r in rows] == [
             (after.results_version, "active")]
@@ -229,52 +242,6 @@ def test_a_redrive_after_an_in_place_spec_edit_counts_every_record_once(
             again = _outputs(result)[job("redrive_quarantined")]
             assert (again["redriven"], again["landed_now"]) == (0, 0)
         assert _versions(after, *TABLES) == before
-
-
-@pytest.mark.long  # two catch-ups through Dagster: 156 s on a loaded machine (2026-11-27)
-def test_a_catch_up_with_nothing_to_read_applies_an_in_place_edit(instance_env, spark,
-                                                                   monkeypatch):
-    """The refusals of an edited spec's writers say "run the stream catch-up": a catch-up whose
-    checkpoint is at the topic's end (which otherwise starts no query) starts it, and so applies
-    the edit (the default pipeline: WATERMARK_DELAY is its spec)."""
-    from dagster import DagsterInstance
-
-    from assets.pipelines import Pipeline
-    from assets.resources import LakehouseResource
-    from lakehouse.kafka.admin import ensure_topic
-    from lakehouse.tables.generations import SpecChangePending, records, require_applied
-    from orchestration.definitions import definitions_for
-    from spark_jobs.stream import caught_up
-    from testkit.generator import GeneratorConfig, generate, produce
-
-    def code_location():
-        resource = LakehouseResource(
-            lakehouse_root=instance_env.lakehouse_root, events_topic=instance_env.events_topic,
-            kafka_bootstrap_servers=instance_env.kafka_bootstrap_servers)
-        return definitions_for([Pipeline.of(resource.settings)], resource), resource
-
-    ensure_topic(instance_env)
-    end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
-    produce(instance_env, generate(GeneratorConfig(count=50, seed=46, end=end,
-                                                   span=timedelta(minutes=10), keys=2)).records)
-    defs, _ = code_location()
-    instance = DagsterInstance.ephemeral()
-    assert run_in(defs, "stream_catch_up", instance)[0].success
-    assert caught_up(instance_env)
-
-    monkeypatch.setenv("WATERMARK_DELAY", "45 seconds")
-    defs, resource = code_location()
-    edited = resource.settings
-    assert edited.results_version != instance_env.results_version
-    with pytest.raises(SpecChangePending, match="applies the change at its next start"):
-        require_applied(edited)
-    assert not caught_up(edited)  # an edit to apply: not idle
-    result, _ = run_in(defs, "stream_catch_up", instance)
-    assert result.success, step_failures(result)
-    assert [(r["spec_version"], r["status"]) for r in records(edited)] == [
-        (edited.results_version, "active")]
-    require_applied(edited)  # the edit applied: the edited spec's writers go on
-    assert caught_up(edited)
 
 
 @pytest.mark.long  # two catch-ups and a rebuild of every date: 106 s alone (2026-11-27); make test is over budget
