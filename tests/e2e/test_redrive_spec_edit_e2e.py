@@ -16,6 +16,7 @@ has nothing new to read (the refusals tell the user to run one). Beside it: the
 values only a rebuild accepts (a wider decimal, another time form) are counted by the rebuilt
 generation, leaving a redrive nothing."""
 
+import base64
 import io
 import json
 import struct
@@ -49,6 +50,7 @@ def test_a_redrive_after_an_in_place_spec_edit_counts_every_record_once(
     from lakehouse.events.schema_registry import with_registry_schemas
     from lakehouse.kafka.admin import topic_offsets
     from lakehouse.specs.pipeline import load_spec, parse_spec
+    from lakehouse.tables.catalog import REDRIVEN_TO
     from lakehouse.tables.generations import (
         SpecChangePending,
         change_between,
@@ -185,19 +187,47 @@ def test_a_redrive_after_an_in_place_spec_edit_counts_every_record_once(
             len(generated) - len(quarantine) + len(passing_now)
         assert not any(q["redriven_at"] for q in read(after, "quarantined_events").to_pylist())
 
-        # The re-run (every reason): lands nothing twice, marks, recomputes and proves the dates.
-        reruns = {}
-        for day in days:
-            result, _ = run_in(defs, job("redrive_quarantine"), instance,
-                               partition_key=day.isoformat())
-            assert result.success, step_failures(result)
-            reruns[day] = _outputs(result)
-        out = [o[job("redrive_quarantined")] for o in reruns.values()]
-        assert (sum(o["redriven"] for o in out), sum(o["landed_now"] for o in out)) == (
-            len(passing_now), 0)
-        touched = {date for o in out for date in o["event_dates"]}
-        proof = [o[job("reconcile_redriven_dates")] for o in reruns.values()]
-        assert sum(sum(p["redriven_records"].values()) for p in proof) == len(passing_now)
+        # The re-runs land nothing twice (the crashed run landed everything that passes), mark,
+        # recompute and prove the dates: first only `unknown_schema_id` (the reasons selected in
+        # the run's config), then every reason.
+        def rerun(reasons=None) -> list[tuple[str, dict]]:
+            config = {"ops": {job("redrive_quarantined"): {"config": {"reasons": reasons}}}}
+            runs = []
+            for day in days:
+                result, _ = run_in(defs, job("redrive_quarantine"), instance,
+                                   partition_key=day.isoformat(),
+                                   **({"run_config": config} if reasons else {}))
+                assert result.success, step_failures(result)
+                runs.append((result.run_id, _outputs(result)))
+            return runs
+
+        def total(runs, key) -> int:
+            return sum(o[job("redrive_quarantined")][key] for _, o in runs)
+
+        unknown = [q for q in quarantine if q["reason"] == "unknown_schema_id"]
+        registered_now = [r for r, i in zip(generated, ids, strict=True)
+                          if i == second and r not in big]
+        selected = rerun(["unknown_schema_id"])
+        valid_v2 = [r for r in passing_now if r not in big]
+        assert (total(selected, "redriven"), total(selected, "landed_now")) == (len(valid_v2), 0)
+        failing = Counter()
+        for _, o in selected:
+            assert set(o[job("redrive_quarantined")]["still_failing_by_reason"]) <= {
+                "unknown_schema_id"}
+            for now, n in (o[job("redrive_quarantined")]["still_failing_by_reason"]
+                           .get("unknown_schema_id", {})).items():
+                failing[now] += n
+        # Malformed records of version 2 now fail for what is wrong with them; only ids never
+        # registered stay unknown.
+        assert sum(failing.values()) == len(unknown) - len(valid_v2)
+        assert failing["unknown_schema_id"] == len(unknown) - len(registered_now)
+        proof = [o[job("reconcile_redriven_dates")] for _, o in selected]
+        assert sum(sum(p["redriven_records"].values()) for p in proof) == len(valid_v2)
+        every_reason = rerun()
+        assert (total(every_reason, "redriven"), total(every_reason, "landed_now")) == (
+            len(passing_now) - len(valid_v2), 0)  # the orders above the old size limit
+        reruns = selected + every_reason
+        touched = {date for _, o in reruns for date in o[job("redrive_quarantined")]["event_dates"]}
         # A date the redrive did not touch: its next corrections run (the hourly schedule's)
         # recomputes it whole under the edited spec.
         for d in sorted(bronze_dates(after)):
@@ -214,6 +244,11 @@ def test_a_redrive_after_an_in_place_spec_edit_counts_every_record_once(
         marked = {(q["partition"], q["offset"]) for q in quarantine if q["redriven_at"]}
         left = {(q["partition"], q["offset"]) for q in quarantine if not q["redriven_at"]}
         assert len(marked) == len(passing_now)
+        assert {q["redriven_to"] for q in quarantine if q["redriven_at"]} == {REDRIVEN_TO}
+        assert {q["redrive_run_id"] for q in quarantine if q["redriven_at"]} <= {
+            run_id for run_id, _ in reruns}
+        assert {struct.unpack(">I", base64.b64decode(q["raw_value"])[1:5])[0]
+                for q in quarantine if q["redriven_at"]} == {first, second}
         assert marked <= set(in_bronze) and not left & set(in_bronze)
         every = {(o.partition, n) for o in topic_offsets(after)
                  for n in range(o.earliest, o.latest)}
