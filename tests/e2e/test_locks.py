@@ -72,6 +72,20 @@ def holder_process(settings: Settings, work: RemoteWork | None = None) -> subpro
     return proc
 
 
+def take_when_freed(settings: Settings, timeout: float = 30.0) -> None:
+    """Take the stream's lock (and check its fence) once the lock server has seen a killed
+    holder's session end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with checkpoint_lock(settings, "ingest") as fence:
+                fence.check()
+            return
+        except CheckpointBusy:
+            assert time.monotonic() < deadline, "the killed holder's lock was not freed"
+            time.sleep(0.2)
+
+
 def test_a_local_root_takes_one_runner(tmp_path):
     settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
     with checkpoint_lock(settings, "ingest") as fence:
@@ -101,15 +115,7 @@ def test_a_paused_holder_keeps_the_lock_and_a_killed_one_frees_it(pg_lock_url):
         holder.send_signal(signal.SIGCONT)
         holder.kill()
         holder.wait(30)
-        deadline = time.monotonic() + 30
-        while True:  # the server sees the session end
-            try:
-                with checkpoint_lock(settings, "ingest") as fence:
-                    fence.check()
-                break
-            except CheckpointBusy:
-                assert time.monotonic() < deadline, "the killed holder's lock was not freed"
-                time.sleep(0.2)
+        take_when_freed(settings)
     finally:
         holder.kill()
 
@@ -145,16 +151,8 @@ def test_the_connect_session_of_a_killed_holder_is_stopped_by_the_next_one(pg_lo
     holder = holder_process(settings, dead)
     holder.kill()
     holder.wait(30)
-    deadline = time.monotonic() + 30
-    while True:  # the server sees the session end
-        try:
-            with checkpoint_lock(settings, "ingest") as fence:
-                fence.check()
-                assert [w for _, w in stopped] == [dead]  # before the new holder goes on
-            break
-        except CheckpointBusy:
-            assert time.monotonic() < deadline, "the killed holder's lock was not freed"
-            time.sleep(0.2)
+    take_when_freed(settings)
+    assert [w for _, w in stopped] == [dead]  # stopped as the next holder took the lock
     with checkpoint_lock(settings, "ingest"):  # stopped once: its record is gone
         pass
     assert len(stopped) == 1 and "ingest" in stopped[0][0]
