@@ -219,8 +219,11 @@ test: setup lint kafka-up
 test-unit: setup
 	$(PY) -m pytest tests/unit -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
-# The daemon runs the schedules and sensors, which read the broker.
-ui: setup kafka-up
+# The daemon runs the schedules and sensors, which read the broker. With SPARK_REMOTE naming this
+# machine (sc://127.0.0.1:<port>), the daily runs it launches use that Spark Connect server:
+# started first (make spark-up, on SPARK_REMOTE's port).
+LOCAL_CONNECT = $(if $(filter sc://127.0.0.1:% sc://localhost:%,$(SPARK_REMOTE)),spark-up)
+ui: setup kafka-up $(LOCAL_CONNECT)
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -p $${DAGSTER_PORT:-3000} -w workspace.yaml
 
 stream: setup kafka-up

@@ -125,13 +125,26 @@ class ConnectServer:
         return f"Spark Connect server on {self.url} (pid {pid}): {state}"
 
 
+def default_port(env) -> int:
+    """SPARK_CONNECT_PORT, else the port of a SPARK_REMOTE that names this machine
+    (`sc://127.0.0.1:15010/;...`: the server the runs will ask for), else 15002."""
+    if env.get("SPARK_CONNECT_PORT"):
+        return int(env["SPARK_CONNECT_PORT"])
+    remote = env.get("SPARK_REMOTE", "")
+    for host in ("sc://127.0.0.1:", "sc://localhost:"):
+        if remote.startswith(host):
+            port = remote[len(host):].split("/", 1)[0]
+            if port.isdigit():
+                return int(port)
+    return DEFAULT_PORT
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["up", "down", "status"])
     parser.add_argument("--state-dir", type=Path, default=Path(
         os.environ.get("SPARK_CONNECT_STATE_DIR", REPO / ".spark-connect")))
-    parser.add_argument("--port", type=int,
-                        default=int(os.environ.get("SPARK_CONNECT_PORT", DEFAULT_PORT)))
+    parser.add_argument("--port", type=int, default=default_port(os.environ))
     args = parser.parse_args(argv)
     server = ConnectServer(args.state_dir, args.port)
     return run_cli(getattr(server, args.command),
