@@ -47,7 +47,12 @@ from lakehouse.kafka.admin import topic_id, topic_offsets
 from lakehouse.tables import delta_log
 from lakehouse.tables.batch_plan import RECENT_COMMITS, BatchPlan, tagged
 from lakehouse.tables.catalog import BRONZE, INGEST_QUERY, LATE, OPEN, QUARANTINE, SKIPPED, STREAMING
-from lakehouse.tables.commit_tags import StreamCommit, batch_tag, newest_stream_commit
+from lakehouse.tables.commit_tags import (
+    StreamCommit,
+    batch_tag,
+    newest_stream_commit,
+    stream_commit_of,
+)
 from lakehouse.tables.generations import pending_change
 from lakehouse.tables.locks import Fence, checkpoint_lock
 from lakehouse.tables.progress_reports import BatchReport, as_dict
@@ -278,10 +283,6 @@ def _append(df: DataFrame, settings: Settings, table: str, user_metadata: str) -
      .save(settings.table_path(table)))
 
 
-def _bronze_commit_of(settings: Settings, query: str, batch_id: int) -> StreamCommit | None:
-    found = newest_stream_commit(settings)
-    if found is not None and found.query == query and found.batch_id == batch_id:
-        return found
     return None
 
 
@@ -450,7 +451,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 query.fence.check()
                 # Last of the appends: its commit says the batch's appends are all done.
                 _append(valid.select("*", *stamp), settings, BRONZE.name, commit.metadata())
-                commit = _bronze_commit_of(settings, app, batch_id)
+                commit = stream_commit_of(settings, app, batch_id, plan.bronze_version)
                 if commit is None:
                     raise RuntimeError(f"bronze commit of ingest batch {batch_id} not found "
                                        "after appending it: another writer on bronze?")

@@ -44,11 +44,14 @@ class BatchPlan:
 
     @classmethod
     def read(cls, settings: Settings, query: str, batch_id: int) -> BatchPlan:
-        """Bronze's log and the aggregates' log, each opened once."""
+        """Bronze's log, opened once; the aggregates' log only for a re-run whose bronze commit
+        landed: a batch publishes after its bronze commit, so without that commit it published
+        nothing (a new batch, the usual case, never opens it)."""
         bronze = delta_log.open_table(settings, BRONZE.name)
         newest = None if bronze is None else stream_commit_in(bronze)
-        published = tagged(delta_log.commits(settings, STREAMING.name, RECENT_COMMITS), query,
-                           batch_id)
+        done = newest is not None and (newest.query, newest.batch_id) == (query, batch_id)
+        published = done and tagged(delta_log.commits(settings, STREAMING.name, RECENT_COMMITS),
+                                    query, batch_id)
         return cls(query, batch_id, newest, -1 if bronze is None else bronze.version(), published)
 
     @property

@@ -128,6 +128,20 @@ def newest_stream_commit(settings: Settings, version: int | None = None) -> Stre
     return None if log is None else stream_commit_in(log, version)
 
 
+def stream_commit_of(settings: Settings, query: str, batch_id: int,
+                     after: int) -> StreamCommit | None:
+    """Batch `batch_id` of `query`'s stream commit among bronze's commits after version `after`
+    (None when it is not there), read commit file by commit file: no snapshot of bronze, whose
+    file list (which opening the table loads) grows with the table."""
+    uri, found, version = settings.table_path(BRONZE.name), None, after
+    while (commit := delta_log.read_commit(uri, version + 1)) is not None:
+        version = commit.version
+        c = StreamCommit.parse({**commit.info, "version": commit.version})
+        if c is not None and (c.query, c.batch_id) == (query, batch_id):
+            found = c
+    return found
+
+
 def stream_commit_in(log, version: int | None = None) -> StreamCommit | None:
     """`newest_stream_commit` on bronze's log already opened (a delta-rs `DeltaTable`)."""
     current = log.version()
