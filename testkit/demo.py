@@ -325,6 +325,11 @@ def main(env: Mapping[str, str] | None = None) -> int:
         if not env.get("DAGSTER_HOME"):
             raise DemoError("DAGSTER_HOME is not set: run `make demo`, or set it to a folder "
                             "holding a dagster.yaml (cp infra/dagster.yaml)")
+        if env.get("SPARK_REMOTE"):
+            raise DemoError("SPARK_REMOTE is set: the demo runs every job in this one process "
+                            "with a Spark driver of its own (a process holds one kind of "
+                            "session); unset it for `make demo`. The runs that `make ui` "
+                            "launches use it")
     except (SettingsError, DemoError) as exc:
         print(f"demo: error: {exc}", file=sys.stderr)
         return 2

@@ -288,3 +288,17 @@ def test_every_entry_point_refuses_default_and_collisions_before_anything_runs(
     orders, settings = selected_pipeline({"PIPELINE": "examples/orders.yaml",
                                           "PIPELINES": SPECS, "LAKEHOUSE_ROOT": str(tmp_path)})
     assert orders.name == "orders" and settings.root == str(tmp_path / "orders")
+
+
+def test_the_demo_refuses_spark_remote_with_one_line(tmp_path, capsys):
+    """The demo runs its catch-ups (classic) and its daily runs in one process: with SPARK_REMOTE
+    set it stops before anything runs, saying what to do."""
+    import testkit.demo
+
+    env = {"LAKEHOUSE_ROOT": str(tmp_path / "lake"), "DAGSTER_HOME": str(tmp_path),
+           "SPARK_REMOTE": "sc://127.0.0.1:15002"}
+    assert testkit.demo.main(env) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("demo: error: SPARK_REMOTE is set") and "unset it" in err, err
+    assert not (tmp_path / "lake").exists()
+
