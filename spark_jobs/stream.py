@@ -283,9 +283,6 @@ def _append(df: DataFrame, settings: Settings, table: str, user_metadata: str) -
      .save(settings.table_path(table)))
 
 
-    return None
-
-
 def publish_windows(spark: SparkSession, settings: Settings, deltas: DataFrame | None,
                     commit: StreamCommit, batch_id: int, published: bool | None = None) -> None:
     """Publish the batch into `streaming_aggregates` in one commit: its window deltas added into

@@ -12,8 +12,9 @@ edit of the spec is one of:
   horizon, a wider size or skew limit: MAX_EVENT_BYTES, FUTURE_SKEW, whose quarantined records
   the redrive can then land). The tables gain the new columns (old rows keep their values,
   the new columns are null in them) at the stream's next start, under its writer lock; until
-  then other writers of the new spec refuse (`SpecChangePending`), so a running `make stream` under the old spec is
-  never mixed with the new one. The dates computed before are stale until reprocessed;
+  then other writers of the new spec refuse (`SpecChangePending`), so a running `make stream`
+  under the old spec is never mixed with the new one. The dates computed before are stale
+  until reprocessed;
 - a rebuild: anything else (window size, dimensions, the id or time rules, a field bronze never
   kept, another type, a removed column, a narrower limit). The new generation is built apart, in
   `<folder>/_generations/<version>`, from the Kafka log (its stream starts at the earliest
