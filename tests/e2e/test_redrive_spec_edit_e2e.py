@@ -152,7 +152,7 @@ def test_a_redrive_after_an_in_place_spec_edit_counts_every_record_once(
         final = final.model_copy(update={"shape": with_registry_schemas(after).shape})
         # What the fixes let pass: version 2's valid orders and the valid orders above the limit.
         passing_now = [r for r, i in zip(generated, ids, strict=True)
-                    if (i == second or r in big) and r.kind in VALID_KINDS]
+                       if (i == second or r in big) and r.kind in VALID_KINDS]
         assert any(r in big for r in passing_now) and any(r not in big for r in passing_now)
 
         # Before the stream's next start applies the edit, the redrive refuses and commits
