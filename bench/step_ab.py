@@ -97,7 +97,21 @@ def _windows(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[
                 .agg(first).select("event_date", "event_id",
                                    *[F.col(f"f.{c}").alias(c) for c in kept]))
 
+    def twins_only():
+        """Only the ids with a twin in the batch go through the dedup's shuffle: a narrow
+        shuffle of (date, id) finds them (broadcast back), every other row is its own first
+        copy and goes straight to the windows' map-side aggregation."""
+        from spark_jobs.transforms.ingest import first_copies
+
+        keys = ["event_date", "event_id"]
+        twins = valid.groupBy(*keys).count().where(F.col("count") > 1).drop("count")
+        singles = valid.join(F.broadcast(twins), keys, "left_anti").select(
+            *keys, *shape.dimension_names, "event_time", *shape.measure_fields)
+        return singles.unionByName(
+            first_copies(valid.join(F.broadcast(twins), keys, "left_semi"), shape))
+
     return {
+        "dedup of the ids with a twin only + windows": lambda: aggregate(twins_only()),
         "dedup (shuffled, then one sort) + windows":
             lambda: aggregate(repartitioned()),
         "dedup (shuffled, then one sort, no topic in the order) + windows":
