@@ -46,6 +46,16 @@ def connect_run(job: str, day, url: str, home) -> dict:
             if e.dagster_event and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"}
 
 
+def home_and_evening(tmp_path):
+    """A DAGSTER_HOME for runs in fresh processes (the local instance's dagster.yaml) and
+    yesterday 20:00 UTC: the end of events whose date is whole and past at any hour."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((REPO / "infra/dagster.yaml").read_text())
+    return home, (datetime.now(UTC) - timedelta(days=1)).replace(hour=20, minute=0, second=0,
+                                                                 microsecond=0)
+
+
 def changelog_rows(settings, day) -> int:
     from deltalake import DeltaTable
 
@@ -61,11 +71,7 @@ def test_reconcile_dates_over_spark_connect(instance_env, spark, spark_connect, 
 
     url, server_log = spark_connect
     settings = instance_env
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((REPO / "infra/dagster.yaml").read_text())
-    end = (datetime.now(UTC) - timedelta(days=1)).replace(hour=20, minute=0, second=0,
-                                                          microsecond=0)
+    home, end = home_and_evening(tmp_path)
     day = end.date()
     cfg = GeneratorConfig(count=600, seed=44, end=end, span=timedelta(hours=3), keys=6,
                           late_fraction=0.05, duplicate_fraction=0.04, malformed_fraction=0.02)

@@ -10,10 +10,10 @@ import os
 import sys
 import time
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
-from conftest import REPO
+from test_connect_runs import home_and_evening
 
 from testkit.faults import _spawn, kill_corrections, output
 from testkit.runs import run_job
@@ -50,11 +50,7 @@ def test_killed_reconcile_leaves_no_lock_and_next_run_proves(mode, instance_env,
 
     url = spark_connect[0] if mode == "connect" else None
     settings = instance_env
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((REPO / "infra/dagster.yaml").read_text())
-    end = (datetime.now(UTC) - timedelta(days=1)).replace(hour=20, minute=0, second=0,
-                                                          microsecond=0)
+    home, end = home_and_evening(tmp_path)
     day = end.date()
     cfg = GeneratorConfig(count=2000, seed=46, end=end, span=timedelta(hours=3), keys=6,
                           late_fraction=0.05, duplicate_fraction=0.04, malformed_fraction=0.02)
