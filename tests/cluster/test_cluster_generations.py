@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from lakehouse.config import storage
-from lakehouse.tables.reads import bronze_dates, compare_tables, read
+from lakehouse.tables.reads import bronze_dates, compare_tables
 
 REPO = Path(__file__).resolve().parents[2]
 V1 = yaml.safe_load((REPO / "examples/orders.yaml").read_text())
@@ -45,7 +45,7 @@ def test_an_incompatible_spec_edit_mid_stream_switches_by_reference(tmp_path):
             and env.get("LAKEHOUSE_LOCK_URL") and env.get("DAGSTER_INSTANCE") == "postgres"):
         pytest.fail("run this module through `make test-cluster`")
     from dagster import DagsterInstance
-    from test_spec_generations_e2e import as_read_by
+    from test_spec_generations_e2e import proven
 
     from assets.pipelines import spec_pipelines
     from assets.resources import LakehouseResource
@@ -56,9 +56,7 @@ def test_an_incompatible_spec_edit_mid_stream_switches_by_reference(tmp_path):
     from testkit.generator import GeneratorConfig, end_across_midnight, produce
     from testkit.runs import run_in, step_failures
     from testkit.spec_events import (
-        expected_windows_for_spec,
         generate_for_spec,
-        table_windows_for_spec,
     )
 
     run = uuid.uuid4().hex[:8]
@@ -81,13 +79,6 @@ def test_an_incompatible_spec_edit_mid_stream_switches_by_reference(tmp_path):
         assert result.success, (name, kw, step_failures(result))
         assert all(c.passed for c in checks), checks
         return result
-
-    def proven(spec, settings, recs) -> None:
-        """gold == the replay (every date) == the independent reference, read with delta-rs."""
-        assert all(compare_tables(settings, d) == 0 for d in bronze_dates(settings))
-        expected = expected_windows_for_spec(spec, as_read_by(spec, recs))
-        assert table_windows_for_spec(spec, read(settings, "reconciled_aggregates")) == expected
-        assert table_windows_for_spec(spec, read(settings, "replay_aggregates")) == expected
 
     with overridden(env):
         instance = DagsterInstance.get()

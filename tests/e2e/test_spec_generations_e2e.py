@@ -42,6 +42,16 @@ def as_read_by(spec, records):
             else r for r in records]
 
 
+def proven(spec, settings, recs) -> None:
+    """gold == the replay (every date) == the independent reference, read with delta-rs."""
+    from testkit.spec_events import expected_windows_for_spec, table_windows_for_spec
+
+    assert all(compare_tables(settings, d) == 0 for d in bronze_dates(settings))
+    expected = expected_windows_for_spec(spec, as_read_by(spec, recs))
+    assert table_windows_for_spec(spec, read(settings, "reconciled_aggregates")) == expected
+    assert table_windows_for_spec(spec, read(settings, "replay_aggregates")) == expected
+
+
 def stale(url: str, dates) -> dict[str, str]:
     """Gold's stale status per date, as the UI shows it (GraphQL)."""
     from testkit.webserver import gql
@@ -74,9 +84,7 @@ def test_the_order_spec_changes_mid_stream_twice(tmp_path, kafka_bootstrap):
     from orchestration.definitions import definitions_for
     from testkit.generator import GeneratorConfig, end_across_midnight, produce
     from testkit.spec_events import (
-        expected_windows_for_spec,
         generate_for_spec,
-        table_windows_for_spec,
     )
     from testkit.webserver import webserver
 
@@ -98,13 +106,6 @@ def test_the_order_spec_changes_mid_stream_twice(tmp_path, kafka_bootstrap):
         assert result.success, (job, kw)
         assert all(c.passed for c in checks), checks
         return checks
-
-    def proven(spec, settings, recs) -> None:
-        """gold == the replay (every date) == the independent reference."""
-        assert all(compare_tables(settings, d) == 0 for d in bronze_dates(settings))
-        expected = expected_windows_for_spec(spec, as_read_by(spec, recs))
-        assert table_windows_for_spec(spec, read(settings, "reconciled_aggregates")) == expected
-        assert table_windows_for_spec(spec, read(settings, "replay_aggregates")) == expected
 
     with overridden(env):
         instance = DagsterInstance.from_config(str(home))
