@@ -133,9 +133,8 @@ def stream_commit_of(settings: Settings, query: str, batch_id: int,
     """Batch `batch_id` of `query`'s stream commit among bronze's commits after version `after`
     (None when it is not there), read commit file by commit file: no snapshot of bronze, whose
     file list (which opening the table loads) grows with the table."""
-    uri, found, version = settings.table_path(BRONZE.name), None, after
-    while (commit := delta_log.read_commit(uri, version + 1)) is not None:
-        version = commit.version
+    found = None
+    for commit in delta_log.LogFollower(settings.table_path(BRONZE.name), after).new_commits():
         c = StreamCommit.parse({**commit.info, "version": commit.version})
         if c is not None and (c.query, c.batch_id) == (query, batch_id):
             found = c
