@@ -49,10 +49,11 @@ class BatchPlan:
         nothing (a new batch, the usual case, never opens it)."""
         bronze = delta_log.open_table(settings, BRONZE.name)
         newest = None if bronze is None else stream_commit_in(bronze)
-        done = newest is not None and (newest.query, newest.batch_id) == (query, batch_id)
-        published = done and tagged(delta_log.commits(settings, STREAMING.name, RECENT_COMMITS),
+        plan = cls(query, batch_id, newest, -1 if bronze is None else bronze.version(), False)
+        if plan.done is not None:
+            plan.published = tagged(delta_log.commits(settings, STREAMING.name, RECENT_COMMITS),
                                     query, batch_id)
-        return cls(query, batch_id, newest, -1 if bronze is None else bronze.version(), published)
+        return plan
 
     @property
     def done(self) -> StreamCommit | None:
