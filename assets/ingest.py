@@ -140,20 +140,19 @@ def ingest_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
         if holder is not None:
             context.log.info(f"skipped, nothing ingested by this run: "
                              f"{ingesting_elsewhere(holder)}")
-            idle, progresses = True, []
-        session = None if idle else spark.session
+            progresses = []
         common = (_skipped_metadata(holder, time.monotonic() - t0) if holder is not None
                   else _run_metadata(progresses, time.monotonic() - t0))
         batch_ids = [r.batch_id for r in map(BatchReport.of, progresses) if r.executed]
         if bronze in context.selected_asset_keys:
             yield dg.MaterializeResult(asset_key=bronze, metadata={
-                **common, **bronze_summary(session, settings, batch_ids),
+                **common, **bronze_summary(settings, batch_ids),
                 "path": dg.MetadataValue.path(settings.table_path(BRONZE.name)),
                 "quarantine_path": dg.MetadataValue.path(settings.table_path(QUARANTINE.name)),
             })
         if aggregates in context.selected_asset_keys:
             yield dg.MaterializeResult(asset_key=aggregates, metadata={
-                **common, **streaming_summary(session, settings, batch_ids),
+                **common, **streaming_summary(settings, batch_ids),
                 "path": dg.MetadataValue.path(settings.table_path(STREAMING.name)),
                 "late_events_path": dg.MetadataValue.path(settings.table_path(LATE.name)),
             })

@@ -64,11 +64,11 @@ def late_events_for(days_ago: int, seed: int, count: int = LATE_EVENTS) -> list:
     return generate(config).records
 
 
-def idle_run_metadata(spark, settings) -> None:
+def idle_run_metadata(settings) -> None:
     from spark_jobs.run_metadata import bronze_summary, streaming_summary
 
-    bronze_summary(spark, settings, [])
-    streaming_summary(spark, settings, [])
+    bronze_summary(settings, [])
+    streaming_summary(settings, [])
 
 
 def idle_run_metadata_seconds(spark, settings) -> dict:
@@ -78,7 +78,7 @@ def idle_run_metadata_seconds(spark, settings) -> dict:
     fresh = Settings.from_env({**os.environ,
                                "LAKEHOUSE_ROOT": f"{settings.lakehouse_root}-fresh"})
     ensure_tables(spark, fresh)
-    return {name: round(min(timed(lambda s=s: idle_run_metadata(spark, s))[1]
+    return {name: round(min(timed(lambda s=s: idle_run_metadata(s))[1]
                             for _ in range(3)), 2)
             for name, s in (("fresh", fresh), ("history", settings))}
 
@@ -89,7 +89,7 @@ def idle_catch_up_seconds(spark, settings) -> float:
 
     def run():
         stream.catch_up(spark, settings)
-        idle_run_metadata(spark, settings)
+        idle_run_metadata(settings)
 
     run()
     return round(min(timed(run)[1] for _ in range(2)), 2)

@@ -67,6 +67,6 @@ def test_run_metadata_times_are_utc_on_a_non_utc_host(spark, tmp_path):
         F.col("event_time").alias("payload_event_time"),
         F.current_timestamp().alias("ingested_at"), F.lit(0).cast("long").alias("bronze_batch_id"))
     rows.select(*extra).write.format("delta").mode("append").save(settings.table_path(BRONZE.name))
-    summary = bronze_summary(spark, settings, [0])
+    summary = bronze_summary(settings, [0])
     assert summary["bronze_rows"] == 2
     assert datetime.fromisoformat(summary["newest_event_time"]) == newest

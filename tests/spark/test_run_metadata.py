@@ -1,7 +1,8 @@
-"""Run metadata costs what the run did, not what history holds: totals come from the Delta log,
-the run's own rows and the open windows from files Delta's data skipping keeps. Proved by
-deleting the older data files from storage (left in the log): any query that read the whole
-table would fail on them, and the totals still count them."""
+"""Run metadata costs what the run did, not what history holds, and no Spark job: totals come
+from the Delta log, the run's own rows and the open windows from the files delta-rs keeps by
+their statistics. Proved by deleting the older data files from storage (left in the log): any
+query that read the whole table would fail on them, and the totals still count them. (Spark
+writes the tables here, as the stream does.)"""
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -13,7 +14,7 @@ from pyspark.sql import types as T
 from lakehouse.config.settings import Settings
 from lakehouse.tables.catalog import BRONZE, LATE, QUARANTINE, STREAMING
 from lakehouse.tables.stats import LogStats, log_stats
-from spark_jobs.run_metadata import bronze_summary, recent_windows
+from spark_jobs.run_metadata import bronze_summary, late_in_run, recent_windows
 from spark_jobs.tables import ensure_tables, read_table
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -62,7 +63,12 @@ def test_run_metadata_reads_only_the_runs_rows_and_the_log(spark, tmp_path):
     start = NOW.replace(second=0) - timedelta(minutes=10)
     append(spark, settings, STREAMING, [window(start, "final", 7), window(start, "open", 8),
                                         window(start + timedelta(minutes=1), "open", 8)])
-    append(spark, settings, LATE, [{"batch_id": 8, "event_date": NOW.date()}])
+    # Batch 8's late rows: one within its date's correction horizon, one a microsecond beyond.
+    cutoff = settings.applicable_cutoff(OLD.date())
+    append(spark, settings, LATE, [
+        {"batch_id": 8, "event_date": OLD.date(), "kafka_timestamp": cutoff},
+        {"batch_id": 8, "event_date": OLD.date(),
+         "kafka_timestamp": cutoff + timedelta(microseconds=1)}])
     for f in set().union(*old):
         f.unlink()  # still in the Delta log: a full scan would now fail
     for table in (QUARANTINE, STREAMING, LATE):
@@ -70,29 +76,28 @@ def test_run_metadata_reads_only_the_runs_rows_and_the_log(spark, tmp_path):
             read_table(spark, settings, table).groupBy("batch_id" if table != QUARANTINE
                                                        else "reason").count().collect()
 
-    bronze = bronze_summary(spark, settings, [7, 8])
+    bronze = bronze_summary(settings, [7, 8])
     assert bronze["bronze_rows"] == 5 and bronze["quarantined_rows"] == 6
     assert bronze["quarantine_reasons_in_run"] == {"missing_key": 1, "invalid_value": 1}
     assert datetime.fromisoformat(bronze["newest_event_time"]) == newest
-    assert bronze_summary(spark, settings, [])["quarantine_reasons_in_run"] == {}
+    assert bronze_summary(settings, [])["quarantine_reasons_in_run"] == {}
+    assert late_in_run(settings, [7, 8]) == (2, 1)
+    assert late_in_run(settings, [7]) == (0, 0) and late_in_run(settings, []) == (0, 0)
 
     watermark = start + timedelta(minutes=1, seconds=30)
-    recent = recent_windows(spark, settings, [7, 8], watermark)
+    recent = recent_windows(settings, [7, 8], watermark)
     assert (recent.open, recent.touched, recent.closed) == (2, 3, 1)
     assert recent.newest_closed_end == start + timedelta(minutes=1)
-    # Without Spark (a run that found nothing to do): delta-rs skips the same files.
-    assert recent_windows(None, settings, [7, 8], watermark) == recent
-    assert recent_windows(None, settings, [], watermark).open == 2
+    assert recent_windows(settings, [], watermark).open == 2
     assert log_stats(settings, STREAMING.name).rows == 8
-    assert log_stats(settings, LATE.name).rows == 3
+    assert log_stats(settings, LATE.name).rows == 4
 
     # A rewrite (what each stream batch does to the open partitions) takes files out of the snapshot: the totals follow.
     spark.sql(f"DELETE FROM delta.`{settings.table_path(STREAMING.name)}` "
               f"WHERE batch_id = 8 AND window_start = '{start + timedelta(minutes=1):%Y-%m-%d %H:%M:%S}'")
     assert log_stats(settings, STREAMING.name).rows == 7
-    recent = recent_windows(spark, settings, [7, 8], watermark)
+    recent = recent_windows(settings, [7, 8], watermark)
     assert recent.open == 1
-    assert recent_windows(None, settings, [7, 8], watermark) == recent
     # The rewritten file now lies wholly below the watermark: the newest closed window is its
     # maximum, from the log (the floor), not a row the query returned.
     assert recent.newest_closed_end == start + timedelta(minutes=1)
