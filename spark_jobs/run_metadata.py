@@ -19,7 +19,15 @@ import pyarrow as pa
 from deltalake import QueryBuilder
 
 from lakehouse.config.settings import Settings
-from lakehouse.tables.catalog import BRONZE, INGEST_QUERY, LATE, QUARANTINE, STREAMING
+from lakehouse.tables.catalog import (
+    BRONZE,
+    FINAL,
+    INGEST_QUERY,
+    LATE,
+    OPEN,
+    QUARANTINE,
+    STREAMING,
+)
 from lakehouse.tables.commit_tags import stream_watermark
 from lakehouse.tables.delta_log import open_table
 from lakehouse.tables.stats import largest_file_max_at_most, log_stats
@@ -91,15 +99,16 @@ def recent_windows(settings: Settings, batch_ids: list[int],
     # Window ends lie on the window grid, so "after the floor" is ">= floor + one window". Not
     # "> floor": Delta widens timestamp maxima by 1 ms (its stats are in milliseconds), so that
     # would still read every file whose maximum is the floor.
-    newer_closed = "status = 'final'" + (
+    is_open, is_final = f"status = '{OPEN}'", f"status = '{FINAL}'"
+    newer_closed = is_final + (
         f" AND window_end >= TIMESTAMP '{_iso(floor + settings.window_size)}'" if floor else "")
     rows = _query(
         settings, STREAMING.name,
-        f"SELECT count(CASE WHEN status = 'open' THEN 1 END) AS open, "
+        f"SELECT count(CASE WHEN {is_open} THEN 1 END) AS open, "
         f"count(CASE WHEN {in_run} THEN 1 END) AS touched, "
-        f"count(CASE WHEN {in_run} AND status = 'final' THEN 1 END) AS closed, "
+        f"count(CASE WHEN {in_run} AND {is_final} THEN 1 END) AS closed, "
         f"max(CASE WHEN {newer_closed} THEN window_end END) AS newest_closed "
-        f"FROM t WHERE status = 'open' OR {in_run} OR ({newer_closed})")
+        f"FROM t WHERE {is_open} OR {in_run} OR ({newer_closed})")
     if rows is None:
         return RecentWindows(0, 0, 0, floor)
     row = rows[0]
