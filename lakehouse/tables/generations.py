@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal
+
+from pydantic import TypeAdapter
 
 from lakehouse.config import storage
 from lakehouse.config.settings import Settings
@@ -77,12 +79,11 @@ class SpecChange:
 
 def _seconds(text: str) -> float:
     """A `results_inputs` duration (`str(timedelta)`: '0:05:00', '2 days, 1:00:00.5'), in
-    seconds."""
-    m = re.fullmatch(r"(?:(-?\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)", text)
-    if m is None:
-        raise ValueError(f"not a duration: {text!r}")
-    days, h, mins, s = m.groups()
-    return int(days or 0) * 86400 + int(h) * 3600 + int(mins) * 60 + float(s)
+    seconds (pydantic reads that form back)."""
+    return _DURATION.validate_python(text).total_seconds()
+
+
+_DURATION = TypeAdapter(timedelta)
 
 
 # The limits whose widening only lets more records pass (each one the reason it quarantines):
