@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -77,25 +78,37 @@ def retry_on_conflict(attempt: Callable[[], T], on_retry: Callable[[BaseExceptio
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
     """Create every table that does not exist yet (idempotent; safe under concurrent runs of
-    different tables, since each creation is one Delta commit)."""
-    for table in ALL_TABLES:
-        if delta_log.exists(settings, table.name):
-            continue
-        properties = {}
-        if table.change_data_feed:
-            properties["delta.enableChangeDataFeed"] = "true"
-        if table.stats_columns:
-            properties[STATS_COLUMNS] = ",".join(table.stats_columns)
-        if table is BRONZE:  # the spec version the tables are created under
-            properties[SPEC_PROPERTY] = json.dumps(settings.results_inputs, sort_keys=True)
-            properties[VERSION_PROPERTY] = settings.results_version
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {table_ref(settings.table_path(table.name))} "
-            f"({table.ddl_for(settings.shape)}) USING delta "
-            f"PARTITIONED BY ({', '.join(map(quoted, table.partition_columns))})"
-            + (" TBLPROPERTIES ({})".format(", ".join(
-                f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items()))
-               if properties else ""))
+    different tables, since each creation is one Delta commit).
+
+    The missing tables are created side by side, one thread each: a creation is ~0.35-1 s of
+    driver round trips and Delta log work, not of cores, so a new root's eleven cost ~2 s in a
+    warm JVM instead of ~6.5 s (and ~13 s in a cold one: the first run of a root, each test's
+    new root). Measured 2026-11-28, docs/performance-log.md."""
+    missing = [t for t in ALL_TABLES if not delta_log.exists(settings, t.name)]
+    if len(missing) <= 1:
+        for table in missing:
+            _create(spark, settings, table)
+        return
+    with ThreadPoolExecutor(max_workers=len(missing), thread_name_prefix="ensure-tables") as pool:
+        list(pool.map(lambda t: _create(spark, settings, t), missing))
+
+
+def _create(spark: SparkSession, settings: Settings, table: Table) -> None:
+    properties = {}
+    if table.change_data_feed:
+        properties["delta.enableChangeDataFeed"] = "true"
+    if table.stats_columns:
+        properties[STATS_COLUMNS] = ",".join(table.stats_columns)
+    if table is BRONZE:  # the spec version the tables are created under
+        properties[SPEC_PROPERTY] = json.dumps(settings.results_inputs, sort_keys=True)
+        properties[VERSION_PROPERTY] = settings.results_version
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {table_ref(settings.table_path(table.name))} "
+        f"({table.ddl_for(settings.shape)}) USING delta "
+        f"PARTITIONED BY ({', '.join(map(quoted, table.partition_columns))})"
+        + (" TBLPROPERTIES ({})".format(", ".join(
+            f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items()))
+           if properties else ""))
 
 
 def limit_stats(spark: SparkSession, settings: Settings, table: Table) -> bool:
