@@ -80,17 +80,15 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
     """Create every table that does not exist yet (idempotent; safe under concurrent runs of
     different tables, since each creation is one Delta commit).
 
-    The missing tables are created side by side, one thread each: a creation is ~0.35-1 s of
-    driver round trips and Delta log work, not of cores, so a new root's eleven cost ~2 s in a
-    warm JVM instead of ~6.5 s (and ~13 s in a cold one: the first run of a root, each test's
-    new root). Measured 2026-11-28, docs/performance-log.md."""
+    The missing tables are created side by side, one thread each: a creation is driver round
+    trips and Delta log work, not cores, so a new root's eleven took 2.88 s instead of 11.28 s
+    in a warm JVM (medians of 4, interleaved, loaded machine; docs/performance-log.md,
+    2026-11-28): the first run of every root, and each test's new root."""
     missing = [t for t in ALL_TABLES if not delta_log.exists(settings, t.name)]
-    if len(missing) <= 1:
-        for table in missing:
-            _create(spark, settings, table)
+    if not missing:
         return
     with ThreadPoolExecutor(max_workers=len(missing), thread_name_prefix="ensure-tables") as pool:
-        list(pool.map(lambda t: _create(spark, settings, t), missing))
+        list(pool.map(lambda t: _create(spark, settings, t), missing))  # raises the first error
 
 
 def _create(spark: SparkSession, settings: Settings, table: Table) -> None:
