@@ -1,8 +1,9 @@
 """Great Expectations as Dagster asset checks.
 
-`expectations.reconciliation` (Great Expectations, ~2.5 s of imports on this machine) is
+`expectations.reconciliation` (Great Expectations, ~4 s of imports on this machine) is
 imported by the checks when they run, not when the code location loads: a run that evaluates no
-check (a catch-up, a sensor tick, the UI) never pays for it."""
+check (a catch-up, a sensor tick, the UI) never pays for it; the daily assets start it in a
+thread (`expectations.import_in_background`)."""
 
 
 from datetime import UTC, datetime

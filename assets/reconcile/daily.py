@@ -10,6 +10,7 @@ import dagster as dg
 from assets.pipelines import Pipeline
 from assets.reconcile.log_position import version_for
 from assets.resources import LakehouseResource, LogPositionResource, SparkResource
+from expectations import import_in_background
 from lakehouse.kafka.log_ranges import ReplayIncomplete
 from lakehouse.tables.catalog import CORRECTIONS, RECONCILED, REPLAY
 from spark_jobs.corrections import run_corrections
@@ -76,6 +77,7 @@ def daily_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
         assets are one step (no subsetting). Input: bronze at the run's log position
         (`log_position`), the same one a replay of the run reads up to; a reprocess publishes the
         date's replay and takes that replay's position."""
+        import_in_background()  # the checks on gold follow in this process
         settings = lakehouse.settings_for(p.name)
         t0 = time.monotonic()
         run_id = context.run.run_id
@@ -131,6 +133,7 @@ def daily_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
                           ) -> dg.MaterializeResult:
         """Reads the log up to the Kafka offsets stamped on the run's bronze version
         (`log_position`), the same input the run's corrections compute from."""
+        import_in_background()  # the checks on the replay and gold follow in this process
         settings = lakehouse.settings_for(p.name)
         session = spark.session
         run_id = context.run.run_id
