@@ -51,6 +51,7 @@ from lakehouse.tables.catalog import BRONZE, LATE, QUARANTINE, REDRIVEN_TO
 from lakehouse.tables.commit_tags import newest_stream_commit, redrive_tag
 from lakehouse.tables.generations import require_applied
 from lakehouse.tables.locks import CheckpointBusy, Fence, checkpoint_lock, date_lock
+from lakehouse.tables.stats import all_null
 from spark_jobs.tables import (
     add_missing_columns,
     ensure_tables,
@@ -248,7 +249,8 @@ def redriven_counts(spark: SparkSession, settings: Settings, dates: list[date]) 
     """Per event date, how many of bronze's records came in by a redrive (marked redriven in
     the quarantine): what the date's proof counts besides what the stream ingested."""
     if not dates or not all(delta_log.exists(settings, t.name) for t in (QUARANTINE, BRONZE)) \
-            or missing_columns(spark, settings, QUARANTINE):
+            or missing_columns(spark, settings, QUARANTINE) \
+            or all_null(settings, QUARANTINE.name, "redriven_at"):  # no redrive yet: no Spark job
         return {d.isoformat(): 0 for d in dates}
     marked = (read_table(spark, settings, QUARANTINE)
               .where(F.col("redriven_at").isNotNull() & (F.col("topic") == settings.events_topic))

@@ -62,6 +62,20 @@ def largest_file_max_at_most(settings: Settings, name: str, column: str,
                default=None)
 
 
+def all_null(settings: Settings, name: str, column: str) -> bool:
+    """Whether the files' statistics show `column` null in every row of table `name` (True for
+    an empty or missing table; False when a file lacks the statistic): a query for its
+    non-null rows can be skipped."""
+    actions = add_actions(settings, name)
+    if actions is None or actions.num_rows == 0:
+        return True
+    nulls = f"null_count.{column}"
+    if nulls not in actions.column_names or actions[nulls].null_count \
+            or actions["num_records"].null_count:
+        return False
+    return pc.all(pc.equal(actions[nulls], actions["num_records"])).as_py()
+
+
 def _complete(actions: pa.Table, column: str, fold):
     """`fold` over a statistic every file carries; None if any file lacks it."""
     if column not in actions.column_names or actions[column].null_count:
