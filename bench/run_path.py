@@ -65,8 +65,8 @@ def env(root: Path, topic: str, code: Path = REPO) -> dict[str, str]:
 
 
 def timed(cmd: list[str], environ: dict[str, str], what: str) -> float:
-    cwd = environ.get("PYTHONPATH", str(REPO))
     """Wall seconds of `cmd` in a fresh process (it must succeed)."""
+    cwd = environ.get("PYTHONPATH", str(REPO))
     log = WORK / "logs" / f"{what}-{uuid.uuid4().hex[:6]}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -3,9 +3,9 @@ on loopback: LAKEHOUSE_ROOT on S3Proxy through s3a://, a Spark standalone master
 workers, the Dagster instance (runs, events, schedules, the daemon) on PostgreSQL, and three
 Kafka brokers (replication 3, min.insync.replicas 2). One broker is stopped during a catch-up
 and restarted; a Spark worker is SIGKILLed while an ingest batch is in flight. Then the daemon
-runs the daily jobs from its queue
-(schedules and sensors stopped, so only those). Nothing may be lost or counted twice, and gold must equal
-the replay and an independent count.
+runs the daily jobs from its queue (schedules and sensors stopped, so only those) over a Spark
+Connect server attached to the cluster. Nothing may be lost or counted twice, and gold must
+equal the replay and an independent count.
 
 The stack is brought up and torn down by `make test-cluster` (infra/cluster.env); outside it
 this module fails at once, naming what is missing."""
@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_job
+from conftest import REPO, free_port, run_job
 from reference import Expected
 
 from lakehouse.config import storage
@@ -174,7 +174,7 @@ def check_results(instance, run) -> dict[str, bool]:
             for r in records}
 
 
-def test_the_pipeline_on_object_storage_a_spark_cluster_postgres_and_three_brokers(stack):
+def test_the_pipeline_on_object_storage_a_spark_cluster_postgres_and_three_brokers(stack, tmp_path):
     settings, instance = stack
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     cfg = GeneratorConfig(count=6000, seed=31, end=now - timedelta(minutes=10),
@@ -229,20 +229,31 @@ def test_the_pipeline_on_object_storage_a_spark_cluster_postgres_and_three_broke
     assert outcome["r"][0].success  # the lost executor's tasks ran again elsewhere
     stop_local_spark()  # the daemon's runs need the cluster's cores
 
-    # The daily jobs through the daemon: queued, launched in their own processes, with pools.
+    # The daily jobs through the daemon: queued, launched in their own processes, with pools,
+    # over a Spark Connect server attached to the cluster (SPARK_REMOTE in the daemon's
+    # environment, which its runs inherit): the runs start no JVM of their own.
     figures["automation_stopped"] = stop_automation(instance)
+    server = ["--state-dir", str(tmp_path / "spark-connect"), "--port", str(free_port())]
+    remote = infra("infra/spark/connect.py", "up", *server).split(" on ", 1)[1].split()[0]
+    server_log = tmp_path / "spark-connect" / "server.log"
+    daemon_env = {**os.environ, "SPARK_REMOTE": remote}
     since = time.time()
     daemon = subprocess.Popen(
         [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", "workspace.yaml"],
-        cwd=REPO, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cwd=REPO, env=daemon_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        ours = {launch(instance, "reconcile_dates", d.isoformat(), dict(os.environ))
-                for d in dates}
+        ours = {launch(instance, "reconcile_dates", d.isoformat(), daemon_env) for d in dates}
         runs = wait_for_writers(instance, ours, since)
+        # Each run's operations ran in the server (one log line per operation it executed).
+        figures["connect_operations"] = server_log.read_text(errors="replace").count(
+            "ExecuteHolder ExecuteKey")
+        assert figures["connect_operations"] > 10 * len(ours), figures
     finally:
         daemon.terminate()
         daemon.wait(60)
         restore_automation(instance, figures["automation_stopped"])
+        infra("infra/spark/connect.py", "down", *server)
+    figures["daily_runs_over"] = remote
     figures["seconds"] = round(time.monotonic() - t0)
     reconciles = [r for r in runs if r.run_id in ours]
     figures["daemon_runs"] = sorted(f"{r.job_name} {r.tags.get('dagster/partition', '')}".strip()

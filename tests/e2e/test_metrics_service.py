@@ -38,7 +38,7 @@ LATENCY = "lakehouse_end_to_end_latency_seconds"
 
 
 @pytest.mark.slow
-def test_service_serves_metrics(instance_env):
+def test_service_serves_metrics(instance_env, spark):
     from test_service import start_service, wait_for
 
     settings = instance_env
@@ -151,26 +151,29 @@ def test_service_serves_metrics(instance_env):
         scrape(port)
     stopped_at, before = time.time(), state["m"]
 
-    # A restart with nothing new to read runs no batch: the last success time and the position
-    # come from the checkpoint, the watermark from bronze's log; the counters start from 0.
-    svc = start_service(env)
-    try:
-        # The newest event time (the last probe's) minus the delay.
-        watermark = (newest - timedelta(seconds=30)).timestamp()
-        until(lambda m: value(m, "lakehouse_stream_last_success_timestamp_seconds", query="ingest")
-              and by_label(m, "lakehouse_kafka_consumer_lag_records", "partition")
-              and value(m, "lakehouse_stream_watermark_timestamp_seconds") == watermark,
-              "metrics of the restarted service")
-        m = state["m"]
-        last = value(m, "lakehouse_stream_last_success_timestamp_seconds", query="ingest")
-        assert first_success <= last <= stopped_at
-        assert by_label(m, "lakehouse_kafka_consumer_lag_records", "partition") == {
-            "0": 0, "1": 0, "2": 0, "3": 0}
-        assert value(before, "lakehouse_stream_watermark_timestamp_seconds") <= watermark
-        assert value(m, "lakehouse_late_events_total") == 0
-        assert value(m, "lakehouse_stream_batch_duration_seconds_count", query="ingest") == 0
-    finally:
-        if svc.poll() is None:
-            svc.send_signal(signal.SIGTERM)
-        out, _ = svc.communicate(timeout=120)
-    assert svc.returncode == 0, out[-3000:]
+    # A restart with nothing new to read: the metrics a service starts from before its first
+    # batch, built as the service builds them (`serving` seeded from the checkpoints, then
+    # `exposing`), here in the test's process on the stopped service's lakehouse (a second
+    # service start costs a JVM for the same code): the last success time and the position
+    # from the checkpoint, the watermark from bronze's log, the counters from 0.
+    from orchestration.service.metrics import exposing, serving
+
+    port = free_port()
+    watermark = (newest - timedelta(seconds=30)).timestamp()  # the last probe's time - delay
+    with serving(settings, spark, serve=False) as metrics, exposing([metrics], port):
+        deadline = time.monotonic() + 60
+        while True:
+            m = scrape(port)
+            if (value(m, "lakehouse_stream_last_success_timestamp_seconds", query="ingest")
+                    and by_label(m, "lakehouse_kafka_consumer_lag_records", "partition")
+                    and value(m, "lakehouse_stream_watermark_timestamp_seconds") == watermark):
+                break
+            assert time.monotonic() < deadline, f"metrics after the restart: {m}"
+            time.sleep(0.5)
+    last = value(m, "lakehouse_stream_last_success_timestamp_seconds", query="ingest")
+    assert first_success <= last <= stopped_at
+    assert by_label(m, "lakehouse_kafka_consumer_lag_records", "partition") == {
+        "0": 0, "1": 0, "2": 0, "3": 0}
+    assert value(before, "lakehouse_stream_watermark_timestamp_seconds") <= watermark
+    assert value(m, "lakehouse_late_events_total") == 0
+    assert value(m, "lakehouse_stream_batch_duration_seconds_count", query="ingest") == 0

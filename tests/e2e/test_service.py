@@ -59,8 +59,8 @@ def test_two_crashes_a_restart_and_a_catch_up_lose_and_duplicate_nothing(instanc
 
     # A Dagster-style catch-up on the same checkpoint (a killed runner holds no lock): it re-runs
     # the batch the second kill interrupted (its bronze commit landed, its aggregates' did not)
-    # and ingests the rest, recording its batches in stream_progress. (A clean SIGTERM stop and a
-    # restart after it: tests/e2e/test_metrics_service.py.)
+    # and ingests the rest, recording its batches in stream_progress. (A clean SIGTERM stop:
+    # tests/e2e/test_metrics_service.py.)
     produce(settings, chunks[3])
     stream.catch_up(spark, settings)
 
