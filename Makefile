@@ -33,7 +33,7 @@ endif
 
 .PHONY: setup system-deps materialize kafka-up kafka-down demo test test-unit ui stream bench bench-stages bench-steps bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down registry-up registry-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
-	kafka-cluster-down cluster-up cluster-down demo-cluster ui-cluster test-cluster test-cluster-run \
+	kafka-cluster-down cluster-up cluster-down cluster-connect-down demo-cluster ui-cluster test-cluster test-cluster-run \
 	observe-up observe-down daily-metrics dashboards test-alerts test-long spark-up spark-down \
 	prerequisites down
 
@@ -143,7 +143,10 @@ spark-cluster-down:
 kafka-cluster-down:
 	@test ! -x $(PY) || $(PY) infra/kafka/broker.py cluster-down
 
-cluster-down: s3-down pg-down spark-cluster-down kafka-cluster-down
+cluster-down: cluster-connect-down s3-down pg-down spark-cluster-down kafka-cluster-down
+
+cluster-connect-down:
+	@test ! -x $(PY) || $(PY) $(CLUSTER_CONNECT) down
 
 # Monitoring on loopback (infra/prometheus/observe.py): Prometheus with the rules of
 # infra/prometheus/rules, Alertmanager, and the daily-side exporter, state in .observe/.
@@ -177,9 +180,14 @@ demo-cluster: setup cluster-up
 	@$(CLUSTER_INSTANCE)
 	@$(CLUSTER_ENV); $(PY) -m testkit.demo
 
+# With SPARK_REMOTE naming this machine, the daily runs use a Spark Connect server attached to the
+# cluster: started first under the cluster's settings (state in .spark-connect-cluster; make
+# cluster-down stops it).
+CLUSTER_CONNECT := infra/spark/connect.py --state-dir $(CURDIR)/.spark-connect-cluster
 ui-cluster: setup
 	@$(CLUSTER_INSTANCE)
-	@$(CLUSTER_ENV); $(VENV)/bin/dagster dev -h 127.0.0.1 -p $${DAGSTER_PORT:-3000} -w workspace.yaml
+	@$(CLUSTER_ENV); $(if $(LOCAL_CONNECT),$(PY) $(CLUSTER_CONNECT) up &&) \
+	  $(VENV)/bin/dagster dev -h 127.0.0.1 -p $${DAGSTER_PORT:-3000} -w workspace.yaml
 
 # The end-to-end scenario on the cluster stack with a broker stopped and a Spark worker killed
 # (tests/cluster); brings the stack up and tears it down. Run by .ci/run after `make test`.
