@@ -219,6 +219,10 @@ def check_equal(reconciled: DataFrame, replay: DataFrame, d: date,
     `docs` (`Verdict.data_docs`: its page); a passing one leaves nothing on disk."""
     context = gx.get_context(mode="ephemeral")
     frame = comparison_frame(reconciled, replay, "reconciled", "replay", shape).persist()
+    # The date's totals, one row kept once computed: each query over the two tables would read
+    # them again (a Delta file-filtering job per table and query).
+    totals_df = _totals(reconciled, "reconciled", shape).crossJoin(
+        _totals(replay, "replay", shape)).persist()
     try:
         rows, page = _validate(context, frame, unexpected_rows_suite(
             "reconciled_equals_replay_rows", rows_equal(shape)), keep=False)
@@ -229,11 +233,9 @@ def check_equal(reconciled: DataFrame, replay: DataFrame, d: date,
                                        keep=True)
             else:
                 rows, page = _validate(context, frame, reconciliation_suite(shape), keep=False)
-        totals_df = _totals(reconciled, "reconciled", shape).crossJoin(
-            _totals(replay, "replay", shape))
         totals, _ = _validate(context, totals_df, unexpected_rows_suite(
-            "date_totals_equal_rows", [f"`reconciled_{m}` <=> `replay_{m}`" for m in total_names(shape)]),
-            keep=False)
+            "date_totals_equal_rows",
+            [f"`reconciled_{m}` <=> `replay_{m}`" for m in total_names(shape)]), keep=False)
         if not totals.success:  # again, by total
             totals, _ = _validate(context, totals_df, totals_suite(shape), keep=False)
         failed = [
@@ -260,6 +262,7 @@ def check_equal(reconciled: DataFrame, replay: DataFrame, d: date,
         )
     finally:
         frame.unpersist()
+        totals_df.unpersist()
 
 
 def fast_path_gap(streaming: DataFrame, replay: DataFrame, late: DataFrame, d: date,
