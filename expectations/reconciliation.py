@@ -61,11 +61,12 @@ def data_docs_dir(settings: Settings) -> Path:
 
 
 def comparison_frame(left: DataFrame, right: DataFrame, left_name: str, right_name: str,
-                     shape: EventShape = DEFAULT_SHAPE):
+                     shape: EventShape = DEFAULT_SHAPE, carry: dict[str, str] | None = None):
     """Full outer join on (window_start, dimensions): the window (also as UTC text, `_window`),
     and each side's measures as `<side>_<measure>` (null where the window is not on that
-    side). Working columns start with _ (a spec's column names start with a letter), and no
-    dimension is a measure's `<side>_` image (`lakehouse.events.shape.IMAGE_PREFIXES`)."""
+    side); `carry` maps more columns of the left side to their names in the frame. Working
+    columns start with _ (a spec's column names start with a letter), and no dimension is a
+    measure's `<side>_` image (`lakehouse.events.shape.IMAGE_PREFIXES`)."""
     l_, r_ = left.alias("l"), right.alias("r")
     joined = l_.join(r_, [F.col(f"l.{k}") == F.col(f"r.{k}") for k in shape.window_id],
                      "full_outer")
@@ -78,6 +79,7 @@ def comparison_frame(left: DataFrame, right: DataFrame, left_name: str, right_na
         *[F.coalesce(f"l.{d}", f"r.{d}").alias(d) for d in shape.dimension_names],
         *[F.col(f"l.{m}").alias(f"{left_name}_{m}") for m in shape.measure_columns],
         *[F.col(f"r.{m}").alias(f"{right_name}_{m}") for m in shape.measure_columns],
+        *[F.col(f"l.{c}").alias(name) for c, name in (carry or {}).items()],
     )
 
 
@@ -271,11 +273,10 @@ def fast_path_gap(streaming: DataFrame, replay: DataFrame, late: DataFrame, d: d
     the watermark cost. A differing window is explained when the late lane recorded events in
     it, or when the fast path still has it open."""
     keys = list(shape.window_id)
-    status = streaming.select(*keys, F.col("status").alias("_fast_path_status"))
     late_windows = late.select(*keys).distinct().withColumn("_has_late", F.lit(True))
     frame = (
-        comparison_frame(streaming, replay, "streaming", "replay", shape)
-        .join(status, keys, "left")
+        comparison_frame(streaming, replay, "streaming", "replay", shape,
+                         carry={"status": "_fast_path_status"})
         .join(late_windows, keys, "left")
     )
     differs_ = differs("streaming", "replay", shape)
