@@ -234,14 +234,15 @@ def test_the_pipeline_on_object_storage_a_spark_cluster_postgres_and_three_broke
     # environment, which its runs inherit): the runs start no JVM of their own.
     figures["automation_stopped"] = stop_automation(instance)
     server = ["--state-dir", str(tmp_path / "spark-connect"), "--port", str(free_port())]
-    remote = infra("infra/spark/connect.py", "up", *server).split(" on ", 1)[1].split()[0]
     server_log = tmp_path / "spark-connect" / "server.log"
-    daemon_env = {**os.environ, "SPARK_REMOTE": remote}
-    since = time.time()
-    daemon = subprocess.Popen(
-        [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", "workspace.yaml"],
-        cwd=REPO, env=daemon_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    daemon = None
     try:
+        remote = infra("infra/spark/connect.py", "up", *server).split(" on ", 1)[1].split()[0]
+        daemon_env = {**os.environ, "SPARK_REMOTE": remote}
+        since = time.time()
+        daemon = subprocess.Popen(
+            [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+            cwd=REPO, env=daemon_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         ours = {launch(instance, "reconcile_dates", d.isoformat(), daemon_env) for d in dates}
         runs = wait_for_writers(instance, ours, since)
         # Each run's operations ran in the server (one log line per operation it executed).
@@ -249,8 +250,9 @@ def test_the_pipeline_on_object_storage_a_spark_cluster_postgres_and_three_broke
             "ExecuteHolder ExecuteKey")
         assert figures["connect_operations"] > 10 * len(ours), figures
     finally:
-        daemon.terminate()
-        daemon.wait(60)
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait(60)
         restore_automation(instance, figures["automation_stopped"])
         infra("infra/spark/connect.py", "down", *server)
     figures["daily_runs_over"] = remote
