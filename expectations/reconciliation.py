@@ -147,10 +147,15 @@ def unexpected_rows_suite(name: str, conditions: list[str]) -> gx.ExpectationSui
     return suite
 
 
-def rows_equal(shape: EventShape, left: str = "reconciled", right: str = "replay") -> list[str]:
+def rows_equal(shape: EventShape) -> list[str]:
     """The rows suite's conditions in one pass: each side has the window, each measure equal."""
-    return [f"`{left}_event_count` IS NOT NULL", f"`{right}_event_count` IS NOT NULL",
-            *[f"`{left}_{m}` <=> `{right}_{m}`" for m in shape.measure_columns]]
+    return ["`reconciled_event_count` IS NOT NULL", "`replay_event_count` IS NOT NULL",
+            *[f"`reconciled_{m}` <=> `replay_{m}`" for m in shape.measure_columns]]
+
+
+def totals_equal(shape: EventShape) -> list[str]:
+    """The totals suite's conditions in one pass: each total equal."""
+    return [f"`reconciled_{m}` <=> `replay_{m}`" for m in total_names(shape)]
 
 
 @dataclass
@@ -229,15 +234,13 @@ def check_equal(reconciled: DataFrame, replay: DataFrame, d: date,
         rows, page = _validate(context, frame, unexpected_rows_suite(
             "reconciled_equals_replay_rows", rows_equal(shape)), keep=False)
         if not rows.success:  # again, by measure (kept with the differing windows)
-            if docs is not None:
-                kept = gx.get_context(mode="file", project_root_dir=str(docs))
-                rows, page = _validate(kept, frame, reconciliation_suite(shape), detailed(shape),
-                                       keep=True)
-            else:
-                rows, page = _validate(context, frame, reconciliation_suite(shape), keep=False)
+            kept = gx.get_context(mode="file", project_root_dir=str(docs)) if docs else None
+            rows, page = _validate(context if kept is None else kept, frame,
+                                   reconciliation_suite(shape),
+                                   "BOOLEAN_ONLY" if kept is None else detailed(shape),
+                                   keep=kept is not None)
         totals, _ = _validate(context, totals_df, unexpected_rows_suite(
-            "date_totals_equal_rows",
-            [f"`reconciled_{m}` <=> `replay_{m}`" for m in total_names(shape)]), keep=False)
+            "date_totals_equal_rows", totals_equal(shape)), keep=False)
         if not totals.success:  # again, by total
             totals, _ = _validate(context, totals_df, totals_suite(shape), keep=False)
         failed = [
