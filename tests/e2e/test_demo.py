@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit.faults import short_lived
+
 REPO = Path(__file__).resolve().parents[2]
 RUN_LINE = re.compile(r"^  (\S+)\s.*\b(ok|FAILED)\s+[\d.]+s  run ([0-9a-f-]{36})\b")
 
@@ -38,6 +40,7 @@ def run_demo(tmp_path: Path, bootstrap: str, timeout: float, **extra: str):
         "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
         **extra,
     })
+    env = short_lived(env)  # a driver that lives for one demo
     done = subprocess.run([sys.executable, "-m", "testkit.demo"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
     return done, home, env
