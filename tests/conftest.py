@@ -204,13 +204,21 @@ def instance_env(tmp_path, kafka_bootstrap, monkeypatch):
     return Settings.from_env()
 
 
+# A worker's driver runs the suite's in-process runs for its whole ~18 minutes: throughput work
+# whose GC pauses nobody waits on. The parallel collector cost ~10% less CPU and wall than G1
+# there (catch-ups and reconciles in one process, two A/B rounds, 2026-11-28: docs/testing.md).
+WORKER_JAVA_OPTIONS = "-XX:+UseParallelGC"
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     from lakehouse.config.settings import Settings
     from spark_jobs.session import get_spark
 
     root = tmp_path_factory.mktemp("spark")
-    session = get_spark(Settings.from_env({"LAKEHOUSE_ROOT": str(root)}))
+    session = get_spark(Settings.from_env({
+        "LAKEHOUSE_ROOT": str(root),
+        "SPARK_CONF_spark.driver.extraJavaOptions": WORKER_JAVA_OPTIONS}))
     yield session
     session.stop()
 
