@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit.faults import DRIVER_JAVA_OPTIONS
 from testkit.infra import broker_module
 from testkit.runs import run_job  # noqa: F401 - the tests import it from here
 
@@ -218,7 +219,7 @@ def spark(tmp_path_factory):
     root = tmp_path_factory.mktemp("spark")
     session = get_spark(Settings.from_env({
         "LAKEHOUSE_ROOT": str(root),
-        "SPARK_CONF_spark.driver.extraJavaOptions": WORKER_JAVA_OPTIONS}))
+        DRIVER_JAVA_OPTIONS: WORKER_JAVA_OPTIONS}))
     yield session
     session.stop()
 
