@@ -272,10 +272,11 @@ def check_equal(reconciled: DataFrame, replay: DataFrame, d: date,
 
 
 def fast_path_gap(streaming: DataFrame, replay: DataFrame, late: DataFrame, d: date,
-                  shape: EventShape = DEFAULT_SHAPE) -> dict:
+                  late_events: int, shape: EventShape = DEFAULT_SHAPE) -> dict:
     """How far the fast path was from the replay for one date: the windows, events and sums
     the watermark cost. A differing window is explained when the late lane recorded events in
-    it, or when the fast path still has it open."""
+    it (`late`: its rows of the date, `late_events` of them), or when the fast path still has
+    it open."""
     keys = list(shape.window_id)
     late_windows = late.select(*keys).distinct().withColumn("_has_late", F.lit(True))
     frame = (
@@ -308,6 +309,6 @@ def fast_path_gap(streaming: DataFrame, replay: DataFrame, late: DataFrame, d: d
     gap = row.asDict()
     for c in sum_columns(shape):
         gap[missed(c)] = str(gap[missed(c)])
-    gap["late_events"] = late.count()
+    gap["late_events"] = late_events
     gap["event_date"] = d.isoformat()
     return gap

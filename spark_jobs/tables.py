@@ -8,15 +8,18 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import date, datetime
 from typing import TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from lakehouse.config.settings import Settings
 from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import ALL_TABLES, BRONZE, Table
 from lakehouse.tables.commit_tags import PIPELINE_TAG
 from lakehouse.tables.generations import SPEC_PROPERTY, VERSION_PROPERTY
+from lakehouse.tables.stats import partition_rows
 
 # Delta's DML and utilities in their SQL forms on a path table (`table_ref`): they run
 # the same in a classic session and over Spark Connect, where Delta's Python `DeltaTable` needs
@@ -169,6 +172,19 @@ def read_table(spark: SparkSession, settings: Settings, table: Table, version: i
         reader = reader.option("versionAsOf", version)
     return reader.load(settings.table_path(table.name))
 
+
+def date_rows(spark: SparkSession, settings: Settings, table: Table, d: date,
+              version: int | None = None, above: tuple[str, datetime] | None = None) -> int:
+    """Rows of `table` (at `version`) in date `d`'s partition, with `above` = (column, bound)
+    only those whose timestamp column is > bound: from the log's file statistics when they tell
+    (`partition_rows`: no Spark job), else counted by a query."""
+    rows = partition_rows(settings, table.name, table.partition_by, d, version, above)
+    if rows is not None:
+        return rows
+    df = read_table(spark, settings, table, version).where(F.col(table.partition_by) == F.lit(d))
+    if above is not None:
+        df = df.where(F.col(above[0]) > F.lit(above[1]))
+    return df.count()
 
 
 def read_changes(spark: SparkSession, settings: Settings, table: Table, first: int, last: int):

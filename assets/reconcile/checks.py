@@ -29,7 +29,7 @@ from lakehouse.tables.commit_tags import bronze_position
 from spark_jobs.corrections import latest_state
 from spark_jobs.redrive import redriven_counts
 from spark_jobs.replay import latest_replay, missing_offsets
-from spark_jobs.tables import read_table
+from spark_jobs.tables import date_rows, read_table
 
 
 def _for_date(session, settings, table, d):
@@ -119,7 +119,8 @@ def fast_path_vs_replay_result(session, settings, dates) -> AssetCheckResult:
     gaps = [
         fast_path_gap(_for_date(session, settings, STREAMING, d),
                       _for_date(session, settings, REPLAY, d),
-                      _for_date(session, settings, LATE, d), d, shape=settings.shape)
+                      _for_date(session, settings, LATE, d), d,
+                      date_rows(session, settings, LATE, d), shape=settings.shape)
         for d in dates
     ]
     # What the watermark cost per sum (the default pipeline's: `value_missed`).

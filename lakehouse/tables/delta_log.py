@@ -23,13 +23,14 @@ from lakehouse.config import storage
 from lakehouse.config.settings import Settings
 
 
-def open_table(settings: Settings, name: str) -> DeltaTable | None:
-    """Table `name` at its newest version, or None when it does not exist yet. (delta-rs 1.x
-    loads the file list on every open: its `without_files` is ignored with a warning.)"""
+def open_table(settings: Settings, name: str, at: int | None = None) -> DeltaTable | None:
+    """Table `name` at version `at` (default: its newest), or None when it does not exist yet.
+    (delta-rs 1.x loads the file list on every open: its `without_files` is ignored with a
+    warning.)"""
     uri, options = settings.delta_rs(name)
     if not DeltaTable.is_deltatable(uri, storage_options=options):
         return None
-    return DeltaTable(uri, storage_options=options)
+    return DeltaTable(uri, version=at, storage_options=options)
 
 
 def exists(settings: Settings, name: str) -> bool:
@@ -121,6 +122,32 @@ def read_commit(table_uri: str, version: int) -> Commit | None:
     if text is None:
         return None
     return Commit(version, tuple(json.loads(line) for line in text.splitlines() if line.strip()))
+
+
+def partition_changed(table_uri: str, column: str, value: str, first: int, last: int,
+                      max_commits: int = 200) -> bool | None:
+    """Whether commits `first`..`last` changed rows of the partition `column` = `value` (a
+    data-changing add, remove or change-data file in it), read commit file by commit file: what
+    a change-data-feed read of the range would return for the partition, without Spark. None
+    when it cannot tell: a commit file of the range is gone (log cleanup), a file lies outside
+    that partitioning, or the range is longer than `max_commits` (the caller reads the change
+    feed instead)."""
+    if last - first + 1 > max_commits:
+        return None
+    for version in range(first, last + 1):
+        commit = read_commit(table_uri, version)
+        if commit is None:
+            return None
+        for action in commit.actions:
+            kind = next((k for k in ("add", "remove", "cdc") if k in action), None)
+            if kind is None:
+                continue
+            a, partition = action[kind], action[kind].get("partitionValues") or {}
+            if column not in partition:  # a file outside the partitioning: no way to tell
+                return None
+            if (kind == "cdc" or a.get("dataChange", True)) and partition[column] == value:
+                return True
+    return False
 
 
 def data_file_uri(table_uri: str, add: dict) -> str:

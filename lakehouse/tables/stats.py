@@ -5,7 +5,7 @@ so run metadata stays as cheap on years of history as on a fresh lakehouse."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -95,3 +95,49 @@ def rows_of_dates(settings: Settings, name: str, column: str, dates: list | None
         actions = actions.filter(pc.is_in(values, value_set=pa.array(wanted, values.type)))
     return int(pc.sum(actions["num_records"]).as_py() or 0)
 
+
+
+# Delta keeps timestamp statistics in milliseconds, truncated: a file's true maximum can lie up
+# to this much above its recorded one (its minimum is never below the recorded one).
+_STATS_PRECISION = timedelta(milliseconds=1)
+
+
+def partition_rows(settings: Settings, name: str, column: str, value: date,
+                   at: int | None = None,
+                   above: tuple[str, datetime] | None = None) -> int | None:
+    """Rows of table `name` (at version `at`, default the newest) in the partition `column` =
+    `value`; with `above` = (c, bound), only those whose timestamp column `c` is > bound. From
+    the add actions' statistics alone (0 when the table does not exist); None when they cannot
+    tell: the table has deletion vectors (`numRecords` counts deleted rows), a file lacks the
+    statistic, or a file holds values of `c` on both sides of the bound (then count with a
+    query)."""
+    table = open_table(settings, name, at)
+    if table is None:
+        return 0
+    if "deletionVectors" in (table.protocol().reader_features or []):
+        return None
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return 0
+    values = actions[f"partition.{column}"]
+    wanted = value if pa.types.is_date(values.type) else value.isoformat()
+    actions = actions.filter(pc.equal(values, pa.scalar(wanted, values.type)))
+    if actions["num_records"].null_count:
+        return None
+    if above is None:
+        return int(pc.sum(actions["num_records"]).as_py() or 0)
+    c, bound = above
+    stats = [f"min.{c}", f"max.{c}", f"null_count.{c}"]
+    if actions.num_rows and any(s not in actions.column_names or actions[s].null_count
+                                for s in stats):
+        return None
+    rows = 0
+    for n, lo, hi, nulls in zip(actions["num_records"].to_pylist(),
+                                *(actions[s].to_pylist() for s in stats), strict=True):
+        if n == nulls:  # every value null: none above
+            continue
+        if lo > bound:
+            rows += n - nulls
+        elif hi + _STATS_PRECISION > bound:  # may hold values on either side
+            return None
+    return rows

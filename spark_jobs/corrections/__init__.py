@@ -42,7 +42,13 @@ from spark_jobs.corrections.changelog import repair
 from spark_jobs.corrections.publish import publish
 from spark_jobs.corrections.scope import incremental_scope
 from spark_jobs.corrections.state import gold_bronze_version, latest_state, plan, save_state
-from spark_jobs.tables import ensure_tables, read_table, retry_on_conflict, tagged_commits
+from spark_jobs.tables import (
+    date_rows,
+    ensure_tables,
+    read_table,
+    retry_on_conflict,
+    tagged_commits,
+)
 from spark_jobs.transforms.recompute import recompute
 
 __all__ = ["CorrectionResult", "gold_bronze_version", "latest_state", "run_corrections"]
@@ -84,6 +90,8 @@ def _correct(spark: SparkSession, settings: Settings, d: date, run_id: str, repr
         # A run that died after its gold commit left corrections unlogged: log them first
         # (the revisions below continue from the changelog).
         result.changelog_repaired = repair(spark, settings, d, state)
+        # Read once: the scope's closing windows and the diff's finalizations use the same one.
+        result.watermark = stream_watermark(settings)
         if reprocess:
             result.mode, result.reason = "reprocess", "rebuilt from replay_aggregates"
         else:
@@ -97,7 +105,8 @@ def _correct(spark: SparkSession, settings: Settings, d: date, run_id: str, repr
             with result.timed("scope"):
                 scope = incremental_scope(spark, settings, d, bronze, state, bronze_version,
                                            result)
-        recomputed = recompute(bronze, settings, d, scope)
+        # A scope's windows are recomputed below, once it is known to hold any.
+        recomputed = recompute(bronze, settings, d, None) if scope is None else None
     if scope is None:  # counted for the metadata, then diffed: compute it once
         recomputed = recomputed.persist()
     try:
@@ -105,25 +114,28 @@ def _correct(spark: SparkSession, settings: Settings, d: date, run_id: str, repr
             result.windows_recomputed = (scope.count() if scope is not None
                                          else recomputed.count())
         if scope is None or result.windows_recomputed:
+            if recomputed is None:
+                recomputed = recompute(bronze, settings, d, scope)
             with tagged_commits(spark, f"{result.mode}:{d.isoformat()}:{run_id}"):
                 publish(spark, settings, d, recomputed, scope, run_id, result,
                         cause="reprocess" if reprocess else None)
-        else:
-            result.watermark = stream_watermark(settings)
     finally:
         (scope if scope is not None else recomputed).unpersist()
     with result.timed("state"):
         save_state(spark, settings, d, bronze_version, gold_version, result.mode, run_id)
-    with result.timed("totals"):  # one Spark job for the three counts
-        of_date = F.col("event_date") == F.lit(d)
-        totals = (
-            bronze.where(F.col("kafka_timestamp") > F.lit(settings.applicable_cutoff(d)))
-            .agg(F.count("*").alias("beyond_horizon"))
-            .crossJoin(read_table(spark, settings, RECONCILED).where(of_date)
-                       .agg(F.count("*").alias("windows")))
-            .crossJoin(read_table(spark, settings, LATE).where(of_date)
-                       .agg(F.count("*").alias("late_events")))
-            .first()
-        )
-        result.beyond_horizon, result.windows, result.late_events = totals
+    with result.timed("totals"):
+        result.beyond_horizon, result.windows, result.late_events = _totals(
+            spark, settings, d, bronze_version)
     return result
+
+
+def _totals(spark: SparkSession, settings: Settings, d: date,
+            bronze_version: int) -> tuple[int, int, int]:
+    """The date's bronze rows beyond the correction horizon, gold windows and late events
+    (from the tables' file statistics: usually no Spark job)."""
+    return (
+        date_rows(spark, settings, BRONZE, d, bronze_version,
+                  above=("kafka_timestamp", settings.applicable_cutoff(d))),
+        date_rows(spark, settings, RECONCILED, d),
+        date_rows(spark, settings, LATE, d),
+    )

@@ -13,7 +13,6 @@ from pyspark.sql import functions as F
 from lakehouse.config.settings import Settings
 from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import CORRECTIONS, RECONCILED
-from lakehouse.tables.commit_tags import stream_watermark
 from lakehouse.tables.correction_result import CorrectionResult
 from spark_jobs.corrections.changelog import log_published
 from spark_jobs.tables import merge_into, quoted, read_table
@@ -40,10 +39,10 @@ def publish(
     and apply the differences. The cause of a correction is `late_event` when the window has
     late events; `duplicate` when it lost events without any (another copy of an event id now
     comes first); else `reprocess` (a recompute not explained by new data, such as the repair of
-    a change made outside the pipeline). `cause` forces one (a reprocess run)."""
+    a change made outside the pipeline). `cause` forces one (a reprocess run). Windows close
+    at `result.watermark` (the stream's, read when the run planned)."""
     shape = settings.shape
     keys, dims, measures = shape.window_id, shape.dimension_names, shape.measure_columns
-    result.watermark = stream_watermark(settings)
     wm = F.lit(result.watermark) if result.watermark else F.lit(None).cast("timestamp")
     now = datetime.now(UTC)
     gold = read_table(spark, settings, RECONCILED).where(F.col("event_date") == F.lit(d))

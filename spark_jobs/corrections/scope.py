@@ -9,6 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.config.settings import Settings
+from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import BRONZE, RECONCILED
 from lakehouse.tables.correction_result import CorrectionResult
 from spark_jobs.tables import read_changes, read_table
@@ -45,10 +46,18 @@ def incremental_scope(spark: SparkSession, settings: Settings, d: date, bronze: 
                        bronze_version: int, result: CorrectionResult) -> DataFrame | None:
     """The windows to recompute (computed once, cut from their lineage), or None (whole date)
     when the bronze change feed for the range can no longer be read (e.g. log files cleaned
-    up)."""
-    if state.bronze_version >= bronze_version:
+    up). Whether bronze changed the date at all is read from its log first (no Spark job)."""
+    changed = state.bronze_version < bronze_version and delta_log.partition_changed(
+        settings.table_path(BRONZE.name), BRONZE.partition_by, d.isoformat(),
+        state.bronze_version + 1, bronze_version)
+    if changed is False:
+        # No bronze row of the date changed since gold was computed from it, so a recompute
+        # gives every window gold holds: only open windows the watermark has closed since
+        # change (their status). Usually none: then nothing is read or diffed.
+        closing = F.col("window_end") <= F.lit(result.watermark) if result.watermark else F.lit(
+            False)
         scope = (read_table(spark, settings, RECONCILED)
-                 .where((F.col("event_date") == F.lit(d)) & (F.col("status") == "open"))
+                 .where((F.col("event_date") == F.lit(d)) & (F.col("status") == "open") & closing)
                  .select(*settings.shape.window_id))
         return scope.localCheckpoint(eager=True)
     try:

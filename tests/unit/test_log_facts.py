@@ -1,0 +1,78 @@
+"""Facts a corrections run takes from the Delta log instead of a Spark job: whether commits
+changed a date's partition (`partition_changed`), and a partition's row counts from the files'
+statistics (`partition_rows`). Each says None when the log cannot tell, never a guess (tables
+written with delta-rs here: no JVM)."""
+
+import os
+from datetime import UTC, date, datetime, timedelta
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from lakehouse.config.settings import Settings
+from lakehouse.tables.delta_log import partition_changed
+from lakehouse.tables.stats import partition_rows
+
+D1, D2 = date(2026, 11, 25), date(2026, 11, 26)
+T0 = datetime(2026, 11, 26, 12, tzinfo=UTC)
+SCHEMA = pa.schema([("event_date", pa.date32()), ("kafka_timestamp", pa.timestamp("us", tz="UTC")),
+                    ("x", pa.int64())])
+
+
+def rows(day: date, *stamps: datetime) -> pa.Table:
+    return pa.table({"event_date": [day] * len(stamps), "kafka_timestamp": list(stamps),
+                     "x": range(len(stamps))}, schema=SCHEMA)
+
+
+def append(path: str, table: pa.Table) -> None:
+    write_deltalake(path, table, mode="append", partition_by=["event_date"])
+
+
+def test_a_partition_changes_only_by_data_changing_files_in_it(tmp_path):
+    path = str(tmp_path / "bronze")
+    append(path, rows(D1, T0))                         # v0
+    append(path, rows(D2, T0))                         # v1: the other date
+    assert partition_changed(path, "event_date", D1.isoformat(), 1, 1) is False
+    assert partition_changed(path, "event_date", D2.isoformat(), 1, 1) is True
+    append(path, rows(D1, T0, T0))                     # v2
+    DeltaTable(path).optimize.compact()                # v3: rewrites files, changes no row
+    assert DeltaTable(path).version() == 3
+    assert partition_changed(path, "event_date", D1.isoformat(), 3, 3) is False
+    assert partition_changed(path, "event_date", D1.isoformat(), 1, 3) is True
+    DeltaTable(path).delete("event_date = '2026-11-26'")  # v4: removes with data change
+    assert partition_changed(path, "event_date", D2.isoformat(), 4, 4) is True
+    assert partition_changed(path, "event_date", D1.isoformat(), 4, 4) is False
+
+
+def test_it_cannot_tell_without_the_commits_or_the_partitioning(tmp_path):
+    path = str(tmp_path / "bronze")
+    for _ in range(3):
+        append(path, rows(D2, T0))
+    assert partition_changed(path, "event_date", D1.isoformat(), 1, 2, max_commits=1) is None
+    os.remove(f"{path}/_delta_log/{1:020d}.json")  # a log cleanup
+    assert partition_changed(path, "event_date", D1.isoformat(), 1, 2) is None
+    flat = str(tmp_path / "flat")
+    write_deltalake(flat, rows(D1, T0))
+    write_deltalake(flat, rows(D2, T0), mode="append")
+    assert partition_changed(flat, "event_date", D1.isoformat(), 1, 1) is None
+
+
+def test_partition_rows_from_statistics(tmp_path):
+    settings = Settings(lakehouse_root=str(tmp_path))
+    path = settings.table_path("bronze_events")
+    assert partition_rows(settings, "bronze_events", "event_date", D1) == 0  # no table
+    ms = timedelta(milliseconds=1)
+    append(path, rows(D1, T0, T0 + ms))                          # v0: one file
+    append(path, rows(D1, T0 + timedelta(hours=1)))              # v1
+    append(path, rows(D2, T0, T0, T0))                           # v2
+    count = lambda **kw: partition_rows(settings, "bronze_events", "event_date", D1, **kw)  # noqa: E731
+    assert count() == 3
+    assert count(at=0) == 2
+    assert partition_rows(settings, "bronze_events", "event_date", D2) == 3
+    assert count(above=("kafka_timestamp", T0 - ms)) == 3           # every file above
+    assert count(above=("kafka_timestamp", T0 + timedelta(hours=2))) == 0
+    assert count(above=("kafka_timestamp", T0 + 2 * ms)) == 1        # only the later file
+    # The first file holds T0 and T0 + 1 ms: a bound between them needs the rows, not the stats.
+    assert count(above=("kafka_timestamp", T0)) is None
+    # Its recorded maximum may be up to 1 ms below its true one: at that edge, no guess either.
+    assert count(above=("kafka_timestamp", T0 + ms)) is None
