@@ -15,7 +15,7 @@ from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import CORRECTIONS, RECONCILED
 from lakehouse.tables.correction_result import CorrectionResult
 from spark_jobs.corrections.changelog import log_published
-from spark_jobs.tables import merge_into, quoted, read_table
+from spark_jobs.tables import date_rows, merge_into, quoted, read_table
 
 
 def _measures_equal(a: str, b: str, measures: tuple[str, ...]) -> F.Column:
@@ -45,6 +45,71 @@ def publish(
     keys, dims, measures = shape.window_id, shape.dimension_names, shape.measure_columns
     wm = F.lit(result.watermark) if result.watermark else F.lit(None).cast("timestamp")
     now = datetime.now(UTC)
+    # A date gold has never held (no gold row, no changelog row): every recomputed window is an
+    # insert at revision 0, its status by the watermark, with nothing to join it against.
+    first = scope is None and not any(date_rows(spark, settings, t, d)
+                                      for t in (RECONCILED, CORRECTIONS))
+    diff = None
+    try:
+        with result.timed("diff"):
+            if first:
+                diff = recomputed.select(
+                    "event_date", "window_start", "window_end", *dims,
+                    *[F.col(m).alias(f"after_{m}") for m in measures],
+                    F.lit("insert").alias("_action"), F.lit(0).alias("revision"),
+                    F.when(F.coalesce(F.col("window_end") <= wm, F.lit(False)), "final")
+                    .otherwise("open").alias("status"))
+                windows = recomputed.count()
+                counts, corrections_n = ({"insert": windows} if windows else {}), 0
+            else:
+                # Computed once and cut from its lineage: the counts and both MERGEs then plan
+                # over a plain scan instead of re-analysing the recompute (seconds per MERGE on
+                # 2 cores).
+                diff = _diff(spark, settings, d, recomputed, scope, wm).localCheckpoint(eager=True)
+                rows = diff.groupBy("_action", "_is_correction").agg(
+                    F.count("*").alias("n")).collect()
+                counts = {r._action: 0 for r in rows}
+                for r in rows:
+                    counts[r._action] += r.n
+                corrections_n = sum(r.n for r in rows if r._is_correction)
+        result.inserted = counts.get("insert", 0)
+        result.removed = counts.get("remove", 0)
+        result.finalized = counts.get("finalize", 0)
+        result.corrected = corrections_n
+        if not counts:
+            return result
+        date_pred = f"t.event_date = DATE'{d.isoformat()}'"
+        src = diff.select(
+            "event_date", "window_start", "window_end", *dims, "_action", "revision", "status",
+            *[F.col(f"after_{m}").alias(m) for m in measures],
+            F.lit(now).alias("updated_at"),
+        )
+        columns = [quoted(c) for c in ("event_date", "window_start", "window_end", *dims,
+                                       *measures, "revision", "status", "updated_at")]
+        before = delta_log.version(settings, RECONCILED.name)
+        with result.timed("gold_merge"):
+            merge_into(
+                spark, settings.table_path(RECONCILED.name), src,
+                date_pred + "".join(f" AND t.{quoted(k)} = s.{quoted(k)}" for k in keys),
+                "WHEN MATCHED AND s._action = 'remove' THEN DELETE "
+                "WHEN MATCHED THEN UPDATE SET " + ", ".join(f"t.{c} = s.{c}" for c in columns)
+                + " WHEN NOT MATCHED AND s._action != 'remove' THEN INSERT ("
+                + ", ".join(columns) + ") VALUES (" + ", ".join(f"s.{c}" for c in columns) + ")")
+        if corrections_n:
+            with result.timed("changelog"):
+                log_published(spark, settings, d, before, run_id, cause)
+        return result
+    finally:
+        if diff is not None:
+            diff.unpersist()
+
+
+def _diff(spark: SparkSession, settings: Settings, d: date, recomputed: DataFrame,
+          scope: DataFrame | None, wm: F.Column) -> DataFrame:
+    """Each window of `d` (in `scope`) whose publication changes: its action, revision and
+    status, before and after images of its measures."""
+    keys, dims, measures = (settings.shape.window_id, settings.shape.dimension_names,
+                            settings.shape.measure_columns)
     gold = read_table(spark, settings, RECONCILED).where(F.col("event_date") == F.lit(d))
     if scope is not None:
         gold = gold.join(F.broadcast(scope), list(keys), "left_semi")
@@ -60,7 +125,7 @@ def publish(
              F.max_by(F.col("after_event_count").isNull(), "revision").alias("_last_removed"))
     )
     closed = F.coalesce(F.col("n.window_end") <= wm, F.lit(False))
-    diff = (
+    return (
         recomputed.alias("n")
         .join(gold.alias("o"), [F.col(f"n.{k}") == F.col(f"o.{k}") for k in keys], "full_outer")
         .join(
@@ -109,42 +174,3 @@ def publish(
             .otherwise("open"),
         )
     )
-    try:
-        with result.timed("diff"):
-            # Computed once and cut from its lineage: the counts and both MERGEs then plan over
-            # a plain scan instead of re-analysing the recompute (seconds per MERGE on 2 cores).
-            diff = diff.localCheckpoint(eager=True)
-            rows = diff.groupBy("_action", "_is_correction").agg(F.count("*").alias("n")).collect()
-            counts = {r._action: 0 for r in rows}
-            for r in rows:
-                counts[r._action] += r.n
-            corrections_n = sum(r.n for r in rows if r._is_correction)
-        result.inserted = counts.get("insert", 0)
-        result.removed = counts.get("remove", 0)
-        result.finalized = counts.get("finalize", 0)
-        result.corrected = corrections_n
-        if not counts:
-            return result
-        date_pred = f"t.event_date = DATE'{d.isoformat()}'"
-        src = diff.select(
-            "event_date", "window_start", "window_end", *dims, "_action", "revision", "status",
-            *[F.col(f"after_{m}").alias(m) for m in measures],
-            F.lit(now).alias("updated_at"),
-        )
-        columns = [quoted(c) for c in ("event_date", "window_start", "window_end", *dims,
-                                       *measures, "revision", "status", "updated_at")]
-        before = delta_log.version(settings, RECONCILED.name)
-        with result.timed("gold_merge"):
-            merge_into(
-                spark, settings.table_path(RECONCILED.name), src,
-                date_pred + "".join(f" AND t.{quoted(k)} = s.{quoted(k)}" for k in keys),
-                "WHEN MATCHED AND s._action = 'remove' THEN DELETE "
-                "WHEN MATCHED THEN UPDATE SET " + ", ".join(f"t.{c} = s.{c}" for c in columns)
-                + " WHEN NOT MATCHED AND s._action != 'remove' THEN INSERT ("
-                + ", ".join(columns) + ") VALUES (" + ", ".join(f"s.{c}" for c in columns) + ")")
-        if corrections_n:
-            with result.timed("changelog"):
-                log_published(spark, settings, d, before, run_id, cause)
-        return result
-    finally:
-        diff.unpersist()
