@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import sys
 import uuid
@@ -106,10 +107,32 @@ def _unit_tier_guard(request, monkeypatch):
     monkeypatch.setattr("confluent_kafka.Consumer", refuse("opens a Kafka consumer"))
 
 
-def free_port() -> int:
+_GIVEN: set[int] = set()
+
+
+def free_port(span: int = 1) -> int:
+    """A loopback port free to listen on, with the `span - 1` ports after it (a broker's
+    controller listens on its port + 1). Chosen below the kernel's ephemeral range: a port in
+    it can be taken by any outgoing connection's local end between this check and the server's
+    bind (a test broker once failed on exactly that)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]) \
+        if Path("/proc/sys/net/ipv4/ip_local_port_range").exists() else 32768
+    for _ in range(1000):
+        port = random.randrange(max(1024, low - 12000), low - span)
+        ports = range(port, port + span)
+        if not _GIVEN.intersection(ports) and all(_bindable(p) for p in ports):
+            _GIVEN.update(ports)  # never handed out twice in this process
+            return port
+    raise RuntimeError(f"no {span} free consecutive ports below {low}")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 @pytest.fixture(scope="session")
@@ -122,7 +145,8 @@ def kafka_bootstrap(tmp_path_factory) -> str:
     if broker._answers(port):
         yield f"127.0.0.1:{port}"
         return
-    own = broker.Broker(tmp_path_factory.mktemp("kafka"), free_port(), free_port())
+    port = free_port(span=2)
+    own = broker.Broker(tmp_path_factory.mktemp("kafka"), port, port + 1)
     own.up()
     try:
         yield own.bootstrap

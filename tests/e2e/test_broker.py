@@ -18,7 +18,7 @@ def run(*args):
 
 
 def test_up_is_idempotent_and_down_stops_it(tmp_path):
-    port = free_port()
+    port = free_port(span=2)  # the controller listens on port + 1
     state = str(tmp_path / "k")
     first = run("up", "--state-dir", state, "--port", str(port))
     try:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -44,23 +43,6 @@ def _env(state: Path, **extra: str) -> dict[str, str]:
 def _make(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["make", "--no-print-directory", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
-
-
-def _two_free_ports() -> int:
-    """A port whose next one is free too (the broker's controller listens there)."""
-    while True:
-        port = free_port()
-        if port < 65535 and _free(port + 1):
-            return port
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _processes_mentioning(text: str) -> dict[int, str]:
@@ -109,7 +91,7 @@ def test_make_down_stops_every_server_and_keeps_the_data(tmp_path):
     for script in set(scripts):  # each reads the variable this test sets
         assert all(v in (REPO / script).read_text() for v in STATE_VARIABLES[script]), script
 
-    broker_port = _two_free_ports()
+    broker_port = free_port(span=2)  # the controller listens on port + 1
     python = str(REPO / ".venv/bin/python")
     up = subprocess.run([python, "infra/kafka/broker.py", "up", "--port", str(broker_port)],
                         cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
