@@ -15,9 +15,12 @@ Rules (docs/design.md §4):
 
 Cost: a run reads the bronze changes since the date's previous run (Delta Change Data Feed over
 the version range recorded in `corrections_state`) and recomputes only the windows they touch
-(plus the windows of other copies of their event ids, and windows still open). The whole date
-is recomputed on its first run, when gold was changed by a commit that is not the pipeline's,
-or when the change feed for the range is no longer available. `make bench` shows the
+(plus the windows of other copies of their event ids, and windows still open). When no commit
+since then changed the date's bronze partition (bronze's commit files say so), it reads no
+bronze: only the open windows the stream's watermark has closed since are recomputed, to
+finalize them. The whole date is recomputed on its first run (published without a diff: every
+window an insert), when gold was changed by a commit that is not the pipeline's, or when the
+change feed for the range is no longer available. `make bench` shows the
 incremental run costing the same on a date 8x larger; what remains is fixed per-run work.
 
 Input: bronze at one version (the newest, or the one a replay in the same run read up to), and
