@@ -96,7 +96,6 @@ def rows_of_dates(settings: Settings, name: str, column: str, dates: list | None
     return int(pc.sum(actions["num_records"]).as_py() or 0)
 
 
-
 # Delta keeps timestamp statistics in milliseconds, truncated: a file's true maximum can lie up
 # to this much above its recorded one (its minimum is never below the recorded one).
 _STATS_PRECISION = timedelta(milliseconds=1)
@@ -108,9 +107,9 @@ def partition_rows(settings: Settings, name: str, column: str, value: date,
     """Rows of table `name` (at version `at`, default the newest) in the partition `column` =
     `value`; with `above` = (c, bound), only those whose timestamp column `c` is > bound. From
     the add actions' statistics alone (0 when the table does not exist); None when they cannot
-    tell: the table has deletion vectors (`numRecords` counts deleted rows), a file lacks the
-    statistic, or a file holds values of `c` on both sides of the bound (then count with a
-    query)."""
+    tell: the table has deletion vectors (`numRecords` counts deleted rows), is not partitioned
+    by `column`, a file lacks the statistic, or a file holds values of `c` on both sides of the
+    bound (then count with a query)."""
     table = open_table(settings, name, at)
     if table is None:
         return 0
@@ -119,6 +118,8 @@ def partition_rows(settings: Settings, name: str, column: str, value: date,
     actions = pa.table(table.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return 0
+    if f"partition.{column}" not in actions.column_names:  # not partitioned by it
+        return None
     values = actions[f"partition.{column}"]
     wanted = value if pa.types.is_date(values.type) else value.isoformat()
     actions = actions.filter(pc.equal(values, pa.scalar(wanted, values.type)))

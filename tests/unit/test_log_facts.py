@@ -76,3 +76,6 @@ def test_partition_rows_from_statistics(tmp_path):
     assert count(above=("kafka_timestamp", T0)) is None
     # Its recorded maximum may be up to 1 ms below its true one: at that edge, no guess either.
     assert count(above=("kafka_timestamp", T0 + ms)) is None
+    flat = Settings(lakehouse_root=str(tmp_path / "flat"))
+    write_deltalake(flat.table_path("late_events"), rows(D1, T0))
+    assert partition_rows(flat, "late_events", "event_date", D1) is None  # not partitioned by it
