@@ -15,7 +15,9 @@ One topic of RUN_PATH_EVENTS events (default 3,000) on one event date. Each roun
 With RUN_PATH_CONNECT=sc://127.0.0.1:15002 (a running Connect server, `make spark-up`), each round
 also copies the caught-up root before its first reconcile and runs, with SPARK_REMOTE set:
 `reconcile_first_connect` / `reconcile_again_connect` on that copy and `replay_connect`: the same
-runs with the server warm, beside the cold classic ones (issue 44). RUN_PATH_RECONCILE_ONLY=1
+runs with the server warm, beside the cold classic ones (issue 44); before the first of them,
+RUN_PATH_CONNECT_WARMUP (default 3) unrecorded reconciles over Connect warm the server's JIT as
+serving runs does. RUN_PATH_RECONCILE_ONLY=1
 leaves out the peers and the replays (the reconcile comparison alone).
 Plus the fixed costs of a fresh process, each measured alone: importing the code location,
 Great Expectations, pyspark, and starting a SparkSession.
@@ -53,6 +55,9 @@ RECONCILE = "replay_aggregates,late_corrections,reconciled_aggregates"
 BASELINE = os.environ.get("RUN_PATH_BASELINE")
 CONNECT = os.environ.get("RUN_PATH_CONNECT")
 RECONCILE_ONLY = os.environ.get("RUN_PATH_RECONCILE_ONLY") == "1"
+# Runs over Connect before the first measured one, on a copy of the first caught-up root (not
+# recorded): the server's JIT warmed as one that has been serving runs is. 0: a server as found.
+WARMUP = int(os.environ.get("RUN_PATH_CONNECT_WARMUP", "3"))
 
 
 def env(root: Path, topic: str, code: Path = REPO) -> dict[str, str]:
@@ -173,6 +178,11 @@ def main() -> int:
         if CONNECT:  # the same caught-up root, for the runs over Connect
             shutil.copytree(WORK / f"product-{i}", WORK / f"connect-{i}")
             remote = {**env(WORK / f"connect-{i}", topic), "SPARK_REMOTE": CONNECT}
+            if i == 0 and WARMUP:
+                shutil.copytree(WORK / "product-0", WORK / "warmup")
+                for _ in range(WARMUP):
+                    materialize(RECONCILE, {**env(WORK / "warmup", topic), "SPARK_REMOTE": CONNECT},
+                                "connect_warmup", day)
         if BASELINE:
             before = env(WORK / f"product-{i}", topic, Path(BASELINE))
             runs.setdefault("baseline_empty_catch_up", []).append(
@@ -210,7 +220,7 @@ def main() -> int:
         "fixed_costs_s": fixed,
         "runs_s": {k: [round(x, 2) for x in v] for k, v in runs.items()},
         "median_s": med,
-        **({"connect": CONNECT} if CONNECT else {}),
+        **({"connect": CONNECT, "connect_warmup_runs": WARMUP} if CONNECT else {}),
         **ratios,
         **({"baseline": BASELINE,
             "empty_catch_up_vs_baseline": round(med["empty_catch_up"]
