@@ -1,9 +1,10 @@
 """Great Expectations as Dagster asset checks.
 
 `expectations.reconciliation` (Great Expectations, ~4 s of imports on this machine) is
-imported by the checks when they run, not when the code location loads: a run that evaluates no
-check (a catch-up, a sensor tick, the UI) never pays for it; the daily assets start it in a
-thread (`expectations.import_in_background`)."""
+imported by the proof when it runs, not when the code location loads: a run without the proof
+(a catch-up, a replay alone, a sensor tick, the UI) never pays for it; the daily assets of a
+run that proves start it in a thread (`expectations.import_in_background`). The fast path's
+check compares without GX (`expectations.comparison`)."""
 
 
 from datetime import UTC, datetime
@@ -114,7 +115,7 @@ def prove_dates(session, settings, dates) -> AssetCheckResult:
 
 def fast_path_vs_replay_result(session, settings, dates) -> AssetCheckResult:
     """How far the fast path was from the replay for `dates` (the body of the warning check)."""
-    from expectations.reconciliation import fast_path_gap, missed
+    from expectations.comparison import fast_path_gap, missed
 
     gaps = [
         fast_path_gap(_for_date(session, settings, STREAMING, d),

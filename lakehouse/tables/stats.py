@@ -83,16 +83,23 @@ def _complete(actions: pa.Table, column: str, fold):
     return fold(actions[column]).as_py()
 
 
+def _in_partitions(actions: pa.Table, column: str, values: list) -> pa.Table:
+    """The add actions of the partitions `column` in `values` (dates; the log holds them as
+    dates or as ISO text)."""
+    held = actions[f"partition.{column}"]
+    wanted = [v if pa.types.is_date(held.type) else v.isoformat() for v in values]
+    return actions.filter(pc.is_in(held, value_set=pa.array(wanted, held.type)))
+
+
 def rows_of_dates(settings: Settings, name: str, column: str, dates: list | None) -> int:
     """Rows of table `name` in the partitions of `column` holding `dates` (None: every row),
-    from the add actions' `numRecords` (0 when the table does not exist)."""
+    from the add actions' `numRecords` (0 when the table does not exist). An upper bound where
+    deletion vectors hide rows (a run's size, not a total: `partition_rows` is exact or None)."""
     actions = add_actions(settings, name)
     if actions is None or actions.num_rows == 0:
         return 0
     if dates is not None:
-        values = actions[f"partition.{column}"]
-        wanted = [d if pa.types.is_date(values.type) else d.isoformat() for d in dates]
-        actions = actions.filter(pc.is_in(values, value_set=pa.array(wanted, values.type)))
+        actions = _in_partitions(actions, column, dates)
     return int(pc.sum(actions["num_records"]).as_py() or 0)
 
 
@@ -120,9 +127,7 @@ def partition_rows(settings: Settings, name: str, column: str, value: date,
         return 0
     if f"partition.{column}" not in actions.column_names:  # not partitioned by it
         return None
-    values = actions[f"partition.{column}"]
-    wanted = value if pa.types.is_date(values.type) else value.isoformat()
-    actions = actions.filter(pc.equal(values, pa.scalar(wanted, values.type)))
+    actions = _in_partitions(actions, column, [value])
     if actions["num_records"].null_count:
         return None
     if above is None:

@@ -40,7 +40,8 @@ def publish(
     late events; `duplicate` when it lost events without any (another copy of an event id now
     comes first); else `reprocess` (a recompute not explained by new data, such as the repair of
     a change made outside the pipeline). `cause` forces one (a reprocess run). Windows close
-    at `result.watermark` (the stream's, read when the run planned)."""
+    at `result.watermark` (the stream's, read when the run planned); `result.windows_recomputed`
+    holds the count of `recomputed`."""
     shape = settings.shape
     keys, dims, measures = shape.window_id, shape.dimension_names, shape.measure_columns
     wm = F.lit(result.watermark) if result.watermark else F.lit(None).cast("timestamp")
@@ -59,7 +60,7 @@ def publish(
                     F.lit("insert").alias("_action"), F.lit(0).alias("revision"),
                     F.when(F.coalesce(F.col("window_end") <= wm, F.lit(False)), "final")
                     .otherwise("open").alias("status"))
-                windows = recomputed.count()
+                windows = result.windows_recomputed  # counted by the caller
                 counts, corrections_n = ({"insert": windows} if windows else {}), 0
             else:
                 # Computed once and cut from its lineage: the counts and both MERGEs then plan

@@ -54,8 +54,8 @@ def incremental_scope(spark: SparkSession, settings: Settings, d: date, bronze: 
         # No bronze row of the date changed since gold was computed from it, so a recompute
         # gives every window gold holds: only open windows the watermark has closed since
         # change (their status). Usually none: then nothing is read or diffed.
-        closing = F.col("window_end") <= F.lit(result.watermark) if result.watermark else F.lit(
-            False)
+        closing = (F.col("window_end") <= F.lit(result.watermark) if result.watermark
+                   else F.lit(False))
         scope = (read_table(spark, settings, RECONCILED)
                  .where((F.col("event_date") == F.lit(d)) & (F.col("status") == "open") & closing)
                  .select(*settings.shape.window_id))
