@@ -14,6 +14,7 @@ from lakehouse.kafka.admin import PartitionOffsets, consumer_lag
 from lakehouse.tables.catalog import INGEST_QUERY, PROGRESS
 from lakehouse.tables.commit_tags import StreamCommit, stream_commits
 from lakehouse.tables.progress_reports import BatchReport, as_dict
+from lakehouse.tables.state_rows import append_rows
 
 
 def progress_row(query: str, p: dict, kafka_offsets: list[PartitionOffsets] | None,
@@ -62,7 +63,9 @@ def record_progress(
     """Append one row per batch (the last report of a batch id wins), as one idempotent Delta
     append: txnAppId = the query's id (the checkpoint's), txnVersion = the newest batch id, so
     recording the same reports again writes nothing. Callers report each batch once (a catch-up
-    its own batches, the service what it has not recorded yet)."""
+    its own batches, the service what it has not recorded yet). On a local root delta-rs
+    commits it (`state_rows.append_rows`: milliseconds, where Spark's append took 4.2 s of a
+    cold catch-up); on an object store, Spark."""
     reports = {r["batchId"]: r for r in map(as_dict, progresses)}
     if not reports:
         return 0
@@ -76,12 +79,14 @@ def record_progress(
     rows = [progress_row(query, r, kafka_offsets if b == newest else None,
                          commits.get((r.get("id"), b)))
             for b, r in sorted(reports.items())]
+    app = (f"stream_progress:{query}:{reports[newest]['id']}", newest)
+    if append_rows(settings, PROGRESS.name, rows, app):
+        return len(rows)
     schema = spark.createDataFrame([], PROGRESS.ddl).schema
     (
         spark.createDataFrame([tuple(r[f.name] for f in schema) for r in rows], schema)
         .write.format("delta").mode("append")
-        .option("txnAppId", f"stream_progress:{query}:{reports[max(reports)]['id']}")
-        .option("txnVersion", max(reports))
+        .option("txnAppId", app[0]).option("txnVersion", app[1])
         .save(settings.table_path(PROGRESS.name))
     )
     return len(rows)

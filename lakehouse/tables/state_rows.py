@@ -35,18 +35,34 @@ def latest_row(settings: Settings, name: str, d: date, order_by: tuple[str, ...]
 
 
 def append_row(settings: Settings, name: str, row: dict) -> bool:
-    """Append `row` (column -> value) to state table `name` with delta-rs, on a local root; False
-    on an object store, where the caller appends through Spark (delta-rs' commits there need a
-    locking provider or conditional puts the store may not offer). The state tables are only
-    ever read with delta-rs (`latest_row`), so no Spark reader pays for a commit Spark did not
-    write (its snapshot checksum)."""
+    """Append `row` (column -> value) to table `name`: `append_rows` of one row."""
+    return append_rows(settings, name, [row])
+
+
+def append_rows(settings: Settings, name: str, rows: list[dict],
+                app: tuple[str, int] | None = None) -> bool:
+    """Append `rows` (column -> value) to table `name` with delta-rs, on a local root; False on
+    an object store, where the caller appends through Spark (delta-rs' commits there need a
+    locking provider or conditional puts the store may not offer). On a local root the tables
+    appended this way take no Spark append, which would pay for the commits Spark did not write
+    (it rebuilds the state for their missing checksum, ~1.5 s); Spark reads them as any table.
+
+    `app` = (application id, version): an idempotent append, as Spark's txnAppId/txnVersion
+    (the same `txn` action in the log): nothing is written when the table already records that
+    version or a newer one of the application id."""
     if settings.local_root is None:
         return False
-    from deltalake import write_deltalake
+    from deltalake import CommitProperties, Transaction, write_deltalake
 
     table = delta_log.open_table(settings, name)
     if table is None:
         return False
+    if app is not None:
+        done = table.transaction_version(app[0])
+        if done is not None and done >= app[1]:
+            return True
     schema = pa.schema(table.schema().to_arrow())
-    write_deltalake(table, pa.Table.from_pylist([row], schema=schema), mode="append")
+    write_deltalake(table, pa.Table.from_pylist(rows, schema=schema), mode="append",
+                    commit_properties=CommitProperties(app_transactions=[Transaction(*app)])
+                    if app is not None else None)
     return True
