@@ -59,15 +59,16 @@ def fast_path_gap(streaming: DataFrame, replay: DataFrame, late: DataFrame, d: d
                   late_events: int, shape: EventShape = DEFAULT_SHAPE) -> dict:
     """How far the fast path was from the replay for one date: the windows, events and sums
     the watermark cost. A differing window is explained when the late lane recorded events in
-    it (`late`: its rows of the date, `late_events` of them), or when the fast path still has
-    it open."""
+    it (`late`: its rows of the date, `late_events` of them; not read when 0), or when the
+    fast path still has it open."""
     keys = list(shape.window_id)
-    late_windows = late.select(*keys).distinct().withColumn("_has_late", F.lit(True))
-    frame = (
-        comparison_frame(streaming, replay, "streaming", "replay", shape,
-                         carry={"status": "_fast_path_status"})
-        .join(late_windows, keys, "left")
-    )
+    frame = comparison_frame(streaming, replay, "streaming", "replay", shape,
+                             carry={"status": "_fast_path_status"})
+    if late_events:
+        frame = frame.join(late.select(*keys).distinct().withColumn("_has_late", F.lit(True)),
+                           keys, "left")
+    else:  # no late event of the date: its late table is not read
+        frame = frame.withColumn("_has_late", F.lit(None).cast("boolean"))
     differs_ = differs("streaming", "replay", shape)
     # A window the fast path counted before an in-place spec edit added a measure column holds
     # null there (never a partial value): not computed under this spec, so not a gap.
