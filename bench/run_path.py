@@ -168,6 +168,7 @@ def main() -> int:
         "catch_up", "naive_peer", "empty_catch_up", "reconcile_first", "reconcile_again",
         "replay", "batch_peer") if not (RECONCILE_ONLY and k in ("naive_peer", "replay",
                                                                    "batch_peer"))}
+    warmup: list[float] = []  # the warm-up runs' seconds, in order (not in the medians)
     for i in range(rounds):
         print(f"round {i + 1}", flush=True)
         product = env(WORK / f"product-{i}", topic)
@@ -181,9 +182,9 @@ def main() -> int:
             remote = {**env(WORK / f"connect-{i}", topic), "SPARK_REMOTE": CONNECT}
             if i == 0 and WARMUP:
                 shutil.copytree(WORK / "product-0", WORK / "warmup")
-                for _ in range(WARMUP):
-                    materialize(RECONCILE, {**env(WORK / "warmup", topic), "SPARK_REMOTE": CONNECT},
-                                "connect_warmup", day)
+                warmup = [round(materialize(RECONCILE, {**env(WORK / "warmup", topic),
+                                                        "SPARK_REMOTE": CONNECT},
+                                            "connect_warmup", day), 2) for _ in range(WARMUP)]
         if BASELINE:
             before = env(WORK / f"product-{i}", topic, Path(BASELINE))
             runs.setdefault("baseline_empty_catch_up", []).append(
@@ -221,7 +222,8 @@ def main() -> int:
         "fixed_costs_s": fixed,
         "runs_s": {k: [round(x, 2) for x in v] for k, v in runs.items()},
         "median_s": med,
-        **({"connect": CONNECT, "connect_warmup_runs": WARMUP} if CONNECT else {}),
+        **({"connect": CONNECT, "connect_warmup_runs": WARMUP, "connect_warmup_s": warmup}
+           if CONNECT else {}),
         **ratios,
         **({"baseline": BASELINE,
             "empty_catch_up_vs_baseline": round(med["empty_catch_up"]
