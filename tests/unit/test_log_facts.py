@@ -79,3 +79,22 @@ def test_partition_rows_from_statistics(tmp_path):
     flat = Settings(lakehouse_root=str(tmp_path / "flat"))
     write_deltalake(flat.table_path("late_events"), rows(D1, T0))
     assert partition_rows(flat, "late_events", "event_date", D1) is None  # not partitioned by it
+
+
+def test_an_idempotent_append_writes_a_version_of_its_application_once(tmp_path):
+    """`append_rows` with (application id, version), the `txn` action Spark's
+    txnAppId/txnVersion writes: the same or an older version of the id appends nothing."""
+    from lakehouse.tables.state_rows import append_rows
+
+    settings = Settings(lakehouse_root=str(tmp_path))
+    append(str(tmp_path / "t"), rows(D1, T0))
+    row = {"event_date": D1, "kafka_timestamp": T0, "x": 7}
+    assert append_rows(settings, "t", [row, row], ("query-1", 3))
+    assert append_rows(settings, "t", [row], ("query-1", 3))      # again: nothing
+    assert append_rows(settings, "t", [row], ("query-1", 2))      # older: nothing
+    assert append_rows(settings, "t", [row], ("query-2", 0))      # another id
+    assert append_rows(settings, "t", [row], ("query-1", 4))
+    table = DeltaTable(str(tmp_path / "t"))
+    assert table.to_pyarrow_table().num_rows == 1 + 2 + 1 + 1
+    assert table.transaction_version("query-1") == 4
+    assert not append_rows(settings, "missing", [row], ("query-1", 5))  # no such table
