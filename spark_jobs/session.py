@@ -44,8 +44,11 @@ def object_store_classpath(settings: Settings) -> dict[str, str]:
 # run that ends before C2's code pays off (a reconcile_dates run of a 3,000-event date: 143 s
 # vs 71 s and 78 s vs 49 s, A/B back to back on a loaded machine, docs/performance-log.md
 # 2026-11-25). Long-lived JVMs (the service, the tests' sessions, the bench) keep C2: the test
-# suite took 24 instead of 19 minutes with C1 only (2026-11-23).
-SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+# suite took 24 instead of 19 minutes with C1 only (2026-11-23). C1 only also shrinks the JVM's
+# default code cache from 240 to 48 MB, which a driver with the S3A/AWS SDK classes filled in a
+# minute (the object_store drill's service, 2026-11-28: "Out of space in CodeCache for
+# adapters"): the cache keeps its usual size.
+SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 def spark_conf(settings: Settings, short_run: bool = False) -> dict[str, str]:

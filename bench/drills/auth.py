@@ -6,7 +6,8 @@ KAFKA_SASL_PASSWORD for librdkafka, KAFKA_SASL_JAAS_CONFIG for Spark).
 1. Right credentials: records produced with confluent-kafka on `settings.client_config`, a
    `stream_catch_up` run (Dagster, in-process) lands every one of them in bronze/quarantine.
 2. Wrong password everywhere, and 3. a wrong password for Spark only (librdkafka's right): each
-   a `stream_catch_up` run in a child process (Dagster instance on disk) that must fail within
+   (with new records produced first, so that the catch-up must read) a `stream_catch_up` run
+   in a child process (Dagster instance on disk) that must fail within
    FAIL_FAST_S with an error naming authentication, a bounded number of failed handshakes in
    the broker log (and none after the failure: no retry storm), and neither password in the
    exception text, the child's stdout/stderr (Python, Dagster and the JVM's log4j), the run's
@@ -139,6 +140,11 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
             result.records_checked += landing.checked
             result.lost += landing.lost
             result.duplicated += landing.duplicated
+            # Records the wrong-credential runs must read: with nothing new, a catch-up starts
+            # no Kafka read (an empty catch-up), and Spark's credentials would go untried.
+            produce_acked(settings, generate(GeneratorConfig(
+                count=ctx.n(2_000, 100), seed=ctx.seed + 1, span=timedelta(hours=1),
+                keys=5)).records)
             topic, root = settings.events_topic, settings.lakehouse_root
 
         base = {**os.environ, "EVENTS_TOPIC": topic, "LAKEHOUSE_ROOT": root,
