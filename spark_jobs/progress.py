@@ -13,8 +13,8 @@ from lakehouse.config.settings import Settings
 from lakehouse.kafka.admin import PartitionOffsets, consumer_lag
 from lakehouse.tables.catalog import INGEST_QUERY, PROGRESS
 from lakehouse.tables.commit_tags import StreamCommit, stream_commits
+from lakehouse.tables.local_writes import append_rows
 from lakehouse.tables.progress_reports import BatchReport, as_dict
-from lakehouse.tables.state_rows import append_rows
 
 
 def progress_row(query: str, p: dict, kafka_offsets: list[PartitionOffsets] | None,

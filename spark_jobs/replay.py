@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, date, datetime
 
-from pyspark.sql import Observation, SparkSession
+import pyarrow as pa
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.config.settings import Settings, day_bounds
@@ -34,6 +35,7 @@ from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import BRONZE, REPLAY, REPLAY_STATE
 from lakehouse.tables.commit_tags import LogPosition, bronze_position
 from lakehouse.tables.generations import require_applied
+from lakehouse.tables.local_writes import replace_date
 from lakehouse.tables.locks import date_lock
 from lakehouse.tables.state_rows import append_row, latest_row
 from spark_jobs.tables import ensure_tables, read_table
@@ -137,14 +139,13 @@ def _replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None,
         windows = aggregate_windows(events_for_date(valid, settings, d), settings).observe(
             windows_seen, F.count(F.lit(1)).alias("windows"),
             F.sum("event_count").alias("events"))
-        _write_replay(windows, settings, d)
         result.records_read = sum(hi - lo for lo, hi in read.values())
+        _write_replay(spark, windows, settings, d, result.records_read)
         result.quarantined = int(records.get["quarantined"])
         result.windows = int(windows_seen.get["windows"])
         result.events = int(windows_seen.get["events"] or 0)
     else:
-        empty = spark.createDataFrame([], read_table(spark, settings, REPLAY).schema)
-        _write_replay(empty.drop("replayed_at"), settings, d)
+        _write_replay(spark, None, settings, d, 0)
     row = (d, version, run_id, datetime.now(UTC))
     if not append_row(settings, REPLAY_STATE.name, dict(zip(
             ("event_date", "bronze_version", "run_id", "replayed_at"), row, strict=True))):
@@ -170,9 +171,32 @@ def replayed_in_run(settings: Settings, d: date, run_id: str | None) -> int | No
     return row.bronze_version if row else None
 
 
-def _write_replay(windows, settings: Settings, d: date) -> None:
+# Up to this many records read, a replay's windows (at most one row per record, ~150 bytes
+# each) are collected to the driver and written with delta-rs on a local root: no snapshot of
+# the table rebuilt by Spark and no write jobs (a 3,000-event replay through `dagster asset
+# materialize`: see docs/performance-log.md, 2026-11-29). Larger ones, and every replay on an
+# object store, are written by Spark.
+DRIVER_WRITE_MAX_RECORDS = 1_000_000
+
+
+def _write_replay(spark: SparkSession, windows: DataFrame | None, settings: Settings, d: date,
+                  records: int) -> None:
+    """Replace `d`'s rows of replay_aggregates with `windows` (+ replayed_at; None: no rows),
+    one commit."""
+    now = datetime.now(UTC)
+    if settings.local_root is not None and records <= DRIVER_WRITE_MAX_RECORDS:
+        data = None
+        if windows is not None:
+            data = windows.toArrow()  # the one action: the observed counts complete with it
+            data = data.append_column("replayed_at", pa.array(
+                [now] * data.num_rows, pa.timestamp("us", tz="UTC")))
+        replace_date(settings, REPLAY.name, d, data)
+        return
+    if windows is None:
+        windows = spark.createDataFrame([], read_table(spark, settings, REPLAY).schema).drop(
+            "replayed_at")
     (
-        windows.withColumn("replayed_at", F.lit(datetime.now(UTC)))
+        windows.withColumn("replayed_at", F.lit(now))
         .write.format("delta")
         .mode("overwrite")
         .option("replaceWhere", f"event_date = DATE'{d.isoformat()}'")

@@ -1,19 +1,20 @@
 """The newest row of a date in the small append-only state tables (`corrections_state`,
 `replay_state`), read with delta-rs: a few milliseconds instead of a Spark query per read (about
 a second each on 2 cores, three per reconciliation run, all log replay and job scheduling for a
-one-partition table of a few rows), and appended with delta-rs on a local root: a few
-milliseconds instead of a Spark write (1-3 s per row here, two per reconciliation run)."""
+one-partition table of a few rows), and appended with delta-rs on a local root
+(`local_writes.append_rows`): a few milliseconds instead of a Spark write (1-3 s per row here,
+two per reconciliation run)."""
 
 from __future__ import annotations
 
 from datetime import date
 from types import SimpleNamespace
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakehouse.config.settings import Settings
 from lakehouse.tables import delta_log
+from lakehouse.tables.local_writes import append_rows
 from lakehouse.tables.reads import read
 
 
@@ -37,32 +38,3 @@ def latest_row(settings: Settings, name: str, d: date, order_by: tuple[str, ...]
 def append_row(settings: Settings, name: str, row: dict) -> bool:
     """Append `row` (column -> value) to table `name`: `append_rows` of one row."""
     return append_rows(settings, name, [row])
-
-
-def append_rows(settings: Settings, name: str, rows: list[dict],
-                app: tuple[str, int] | None = None) -> bool:
-    """Append `rows` (column -> value) to table `name` with delta-rs, on a local root; False on
-    an object store, where the caller appends through Spark (delta-rs' commits there need a
-    locking provider or conditional puts the store may not offer). On a local root the tables
-    appended this way take no Spark append, which would pay for the commits Spark did not write
-    (it rebuilds the state for their missing checksum, ~1.5 s); Spark reads them as any table.
-
-    `app` = (application id, version): an idempotent append, as Spark's txnAppId/txnVersion
-    (the same `txn` action in the log): nothing is written when the table already records that
-    version or a newer one of the application id."""
-    if settings.local_root is None:
-        return False
-    from deltalake import CommitProperties, Transaction, write_deltalake
-
-    table = delta_log.open_table(settings, name)
-    if table is None:
-        return False
-    if app is not None:
-        done = table.transaction_version(app[0])
-        if done is not None and done >= app[1]:
-            return True
-    schema = pa.schema(table.schema().to_arrow())
-    write_deltalake(table, pa.Table.from_pylist(rows, schema=schema), mode="append",
-                    commit_properties=CommitProperties(app_transactions=[Transaction(*app)])
-                    if app is not None else None)
-    return True

@@ -7,6 +7,7 @@ import os
 from datetime import UTC, date, datetime, timedelta
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
 from lakehouse.config.settings import Settings
@@ -84,7 +85,7 @@ def test_partition_rows_from_statistics(tmp_path):
 def test_an_idempotent_append_writes_a_version_of_its_application_once(tmp_path):
     """`append_rows` with (application id, version), the `txn` action Spark's
     txnAppId/txnVersion writes: the same or an older version of the id appends nothing."""
-    from lakehouse.tables.state_rows import append_rows
+    from lakehouse.tables.local_writes import append_rows
 
     settings = Settings(lakehouse_root=str(tmp_path))
     append(str(tmp_path / "t"), rows(D1, T0))
@@ -98,3 +99,32 @@ def test_an_idempotent_append_writes_a_version_of_its_application_once(tmp_path)
     assert table.to_pyarrow_table().num_rows == 1 + 2 + 1 + 1
     assert table.transaction_version("query-1") == 4
     assert not append_rows(settings, "missing", [row], ("query-1", 5))  # no such table
+
+
+def test_replacing_a_date_rewrites_that_partition_only_in_one_commit(tmp_path):
+    """`replace_date` (a small replay's write on a local root): the date's rows become the
+    given ones (None: none), other dates stay, rows of another date are refused, and it is
+    for local roots only."""
+    import pytest
+
+    from lakehouse.tables.local_writes import replace_date
+
+    settings = Settings(lakehouse_root=str(tmp_path))
+    path = str(tmp_path / "t")
+    append(path, rows(D1, T0, T0))
+    append(path, rows(D2, T0))
+    before = DeltaTable(path).version()
+    new = pa.table({"x": [41, 42, 43], "kafka_timestamp": [T0] * 3, "event_date": [D1] * 3})
+    replace_date(settings, "t", D1, new)  # columns in another order, int64 cast
+    table = DeltaTable(path)
+    assert table.version() == before + 1
+    got = table.to_pyarrow_table()
+    assert sorted(got.filter(pc.equal(got["event_date"], D1))["x"].to_pylist()) == [
+        41, 42, 43]
+    assert got.filter(pc.equal(got["event_date"], D2))["x"].to_pylist() == [0]
+    with pytest.raises(Exception, match="validation"):
+        replace_date(settings, "t", D1, rows(D2, T0))
+    replace_date(settings, "t", D1, None)
+    assert DeltaTable(path).to_pyarrow_table()["event_date"].to_pylist() == [D2]
+    with pytest.raises(ValueError, match="local root"):
+        replace_date(Settings(lakehouse_root="s3a://bucket/lh"), "t", D1, None)
