@@ -37,6 +37,7 @@ from lakehouse.tables.commit_tags import LogPosition, bronze_position
 from lakehouse.tables.generations import require_applied
 from lakehouse.tables.local_writes import replace_date
 from lakehouse.tables.locks import date_lock
+from lakehouse.tables.reads import DRIVER_ROWS_MAX
 from lakehouse.tables.state_rows import append_row, latest_row
 from spark_jobs.tables import ensure_tables, read_table
 from spark_jobs.transforms.counting import events_for_date
@@ -171,20 +172,16 @@ def replayed_in_run(settings: Settings, d: date, run_id: str | None) -> int | No
     return row.bronze_version if row else None
 
 
-# Up to this many records read, a replay's windows (at most one row per record, ~150 bytes
-# each) are collected to the driver and written with delta-rs on a local root: no snapshot of
-# the table rebuilt by Spark and no write jobs (a 3,000-event replay through `dagster asset
-# materialize`: see docs/performance-log.md, 2026-11-29). Larger ones, and every replay on an
-# object store, are written by Spark.
-DRIVER_WRITE_MAX_RECORDS = 1_000_000
-
-
 def _write_replay(spark: SparkSession, windows: DataFrame | None, settings: Settings, d: date,
                   records: int) -> None:
     """Replace `d`'s rows of replay_aggregates with `windows` (+ replayed_at; None: no rows),
     one commit."""
     now = datetime.now(UTC)
-    if settings.local_root is not None and records <= DRIVER_WRITE_MAX_RECORDS:
+    # Up to DRIVER_ROWS_MAX records read (a window per record at most), on a local root: the
+    # windows collected and written with delta-rs, no snapshot of the table rebuilt by Spark
+    # and no write jobs (docs/performance-log.md, 2026-11-29). Else, and on an object store,
+    # written by Spark.
+    if settings.local_root is not None and records <= DRIVER_ROWS_MAX:
         data = None
         if windows is not None:
             data = windows.toArrow()  # the one action: the observed counts complete with it

@@ -19,7 +19,6 @@ from dagster import (
     MetadataValue,
     asset_check,
 )
-from pyspark.sql import functions as F
 
 from assets.pipelines import Pipeline
 from assets.reconcile.daily import partition_dates
@@ -30,11 +29,7 @@ from lakehouse.tables.commit_tags import bronze_position
 from spark_jobs.corrections import latest_state
 from spark_jobs.redrive import redriven_counts
 from spark_jobs.replay import latest_replay, missing_offsets
-from spark_jobs.tables import date_rows, read_table
-
-
-def _for_date(session, settings, table, d):
-    return read_table(session, settings, table).where(F.col("event_date") == F.lit(d))
+from spark_jobs.tables import date_rows, read_date
 
 
 def prove_dates(session, settings, dates) -> AssetCheckResult:
@@ -72,8 +67,8 @@ def prove_dates(session, settings, dates) -> AssetCheckResult:
         # A replay of a log that retention has cut proves nothing: fail with the lost offsets.
         if gone := missing_offsets(session, settings, d, offsets, position):
             incomplete[key] = gone.as_metadata()
-        gold = _for_date(session, settings, RECONCILED, d)
-        verdict = check_equal(gold, _for_date(session, settings, REPLAY, d), d,
+        gold = read_date(session, settings, RECONCILED, d)
+        verdict = check_equal(gold, read_date(session, settings, REPLAY, d), d,
                               data_docs_dir(settings), shape=settings.shape)
         if verdict.rows_compared == 0:
             no_data.append(key)
@@ -118,9 +113,9 @@ def fast_path_vs_replay_result(session, settings, dates) -> AssetCheckResult:
     from expectations.comparison import fast_path_gap, missed
 
     gaps = [
-        fast_path_gap(_for_date(session, settings, STREAMING, d),
-                      _for_date(session, settings, REPLAY, d),
-                      _for_date(session, settings, LATE, d), d,
+        fast_path_gap(read_date(session, settings, STREAMING, d),
+                      read_date(session, settings, REPLAY, d),
+                      read_date(session, settings, LATE, d), d,
                       date_rows(session, settings, LATE, d), shape=settings.shape)
         for d in dates
     ]

@@ -1,5 +1,5 @@
-"""Table summaries read with delta-rs (no Spark): the demo report, and proof that the tables
-are plain Delta tables any reader opens."""
+"""Tables read with delta-rs (no Spark): the demo report, proof that the tables are plain Delta
+tables any reader opens, and the small date partitions the daily jobs hand to Spark as Arrow."""
 
 from __future__ import annotations
 
@@ -11,6 +11,12 @@ from deltalake import DeltaTable, QueryBuilder
 
 from lakehouse.config.settings import Settings
 from lakehouse.tables.stats import add_actions
+
+# The most rows a daily job moves through the driver as Arrow, with delta-rs on a local root,
+# instead of Spark's Delta reader or writer: a date's partition of a window table, a replay's
+# windows. Spark's way pays for each table's snapshot (its state rebuilt by Spark jobs: 1-6 s
+# per table in a one-run process's cold JVM on 2 cores); a million rows of windows are ~150 MB.
+DRIVER_ROWS_MAX = 1_000_000
 
 
 def read(settings: Settings, name: str, event_date: date | None = None):
