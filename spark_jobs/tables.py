@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from lakehouse.config.settings import Settings
 from lakehouse.tables import delta_log
@@ -182,7 +183,9 @@ def read_date(spark: SparkSession, settings: Settings, table: Table, d: date) ->
     if settings.local_root is not None:
         rows = partition_rows(settings, table.name, table.partition_by, d)
         if rows is not None and rows <= DRIVER_ROWS_MAX:
-            return spark.createDataFrame(read(settings, table.name, d))
+            data = read(settings, table.name, d)
+            # The schema given: over Connect an empty table's cannot be inferred.
+            return spark.createDataFrame(data, schema=from_arrow_schema(data.schema))
     return read_table(spark, settings, table).where(F.col(table.partition_by) == F.lit(d))
 
 
