@@ -25,10 +25,10 @@ from bench.drills.common import (
     Feeder,
     broker_module,
     check_landing,
-    free_port,
     instance,
     landed_rows,
     produce_acked,
+    restartable_port,
     say,
     service_env,
     table_or_empty,
@@ -48,7 +48,7 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
     rnd = random.Random(ctx.seed + 2)
     folder = ctx.workdir / NAME
     folder.mkdir(parents=True, exist_ok=True)
-    broker = broker_module().Broker(folder / "broker", free_port(), free_port())
+    broker = broker_module().Broker(folder / "broker", restartable_port(), restartable_port())
     say(NAME, f"own broker: {broker.up()}")
     end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
     records = generate(GeneratorConfig(count=ctx.n(60_000, 3_000), seed=ctx.seed + 2, end=end,

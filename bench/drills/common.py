@@ -5,6 +5,7 @@ printing), independent pipeline instances, producing with acknowledgements, and 
 from __future__ import annotations
 
 import os
+import random
 import socket
 import time
 import uuid
@@ -83,6 +84,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def restartable_port() -> int:
+    """A free port below the kernel's ephemeral range, for a server a drill stops and starts
+    again on the same port: while it is down, any bind to port 0 or outgoing connection on
+    this machine may take an ephemeral one (the broker drill once found its port taken when it
+    restarted the broker, 2026-11-29)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rnd = random.Random()
+    for _ in range(500):
+        port = rnd.randrange(20000, max(20001, low))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in 20000-{low}")
 
 
 @contextmanager
