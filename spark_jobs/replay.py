@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 from datetime import UTC, date, datetime
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
@@ -176,25 +175,20 @@ def _write_replay(spark: SparkSession, windows: DataFrame | None, settings: Sett
                   records: int) -> None:
     """Replace `d`'s rows of replay_aggregates with `windows` (+ replayed_at; None: no rows),
     one commit."""
-    now = datetime.now(UTC)
+    rows = (None if windows is None
+            else windows.withColumn("replayed_at", F.lit(datetime.now(UTC))))
     # Up to DRIVER_ROWS_MAX records read (a window per record at most), on a local root: the
     # windows collected and written with delta-rs, no snapshot of the table rebuilt by Spark
     # and no write jobs (docs/performance-log.md, 2026-11-29). Else, and on an object store,
     # written by Spark.
     if settings.local_root is not None and records <= DRIVER_ROWS_MAX:
-        data = None
-        if windows is not None:
-            data = windows.toArrow()  # the one action: the observed counts complete with it
-            data = data.append_column("replayed_at", pa.array(
-                [now] * data.num_rows, pa.timestamp("us", tz="UTC")))
-        replace_date(settings, REPLAY.name, d, data)
+        # toArrow: the one action (the observed counts complete with it).
+        replace_date(settings, REPLAY.name, d, None if rows is None else rows.toArrow())
         return
-    if windows is None:
-        windows = spark.createDataFrame([], read_table(spark, settings, REPLAY).schema).drop(
-            "replayed_at")
+    if rows is None:
+        rows = spark.createDataFrame([], read_table(spark, settings, REPLAY).schema)
     (
-        windows.withColumn("replayed_at", F.lit(now))
-        .write.format("delta")
+        rows.write.format("delta")
         .mode("overwrite")
         .option("replaceWhere", f"event_date = DATE'{d.isoformat()}'")
         .save(settings.table_path(REPLAY.name))
