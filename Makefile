@@ -35,7 +35,7 @@ endif
 	s3-up s3-down registry-up registry-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down cluster-connect-down demo-cluster ui-cluster test-cluster test-cluster-run \
 	observe-up observe-down daily-metrics dashboards test-alerts test-long spark-up spark-down \
-	prerequisites down
+	prerequisites down class-archive
 
 setup: prerequisites system-deps $(VENV)/.installed .jars/.fetched .jars/registry/.fetched dagster-instance
 
@@ -87,6 +87,13 @@ dagster-instance:
 
 kafka-up: setup
 	@$(PY) infra/kafka/broker.py up
+
+# This machine's class archive for the product's Spark drivers (AppCDS, .jars/cds/): a fresh
+# process's driver maps Spark's, Delta's and Kafka's classes instead of loading them (a session in
+# ~4 s instead of ~8). Dumped once by a catch-up and a reconcile on a scratch topic (about a
+# minute; infra/spark/class_archive.py), again when the JDK, pyspark or the jars change.
+class-archive: setup kafka-up
+	@$(PY) infra/spark/class_archive.py
 
 # Stopping needs no set-up (and does nothing where nothing was installed).
 kafka-down:
@@ -165,7 +172,7 @@ dashboards: setup
 	$(PY) infra/grafana/dashboard.py > infra/grafana/lakehouse.json.tmp
 	mv infra/grafana/lakehouse.json.tmp infra/grafana/lakehouse.json
 
-demo: setup kafka-up
+demo: setup kafka-up class-archive
 	$(PY) -m testkit.demo
 
 # The same pipeline on the cluster stack (infra/cluster.env: s3a:// root on S3Proxy, Spark
@@ -200,12 +207,12 @@ test-cluster: setup
 
 # The local stack's tests of several minutes each (marked `long`: the three-pipeline service,
 # its crash and every date proven after it); run by test-cluster.
-test-long: setup kafka-up
+test-long: setup kafka-up class-archive
 	$(PY) -m pytest -o addopts=-ra -p no:randomly -m long --ignore=tests/cluster --ignore=tests/alerts -n $(TEST_WORKERS) --dist loadgroup tests $(PYTEST_ARGS)
 
 # Alerts end to end on the local stack (tests/alerts: the real service, Prometheus, Alertmanager
 # and a webhook; a minute or two, so not in `make test`); run by test-cluster.
-test-alerts: setup kafka-up
+test-alerts: setup kafka-up class-archive
 	$(PY) -m pytest -o addopts=-ra -p no:randomly tests/alerts $(PYTEST_ARGS)
 
 # The scenario alone, on a running cluster stack.
@@ -219,7 +226,7 @@ test-cluster-run: setup
 # cluster scenario (tests/cluster: object store, Spark standalone, three brokers, PostgreSQL), the
 # alerts end to end (tests/alerts: the service, Prometheus, Alertmanager; `make test-alerts`) and
 # the `long` tests (`make test-long`: the multi-pipeline service and its crash).
-test: setup lint kafka-up
+test: setup lint kafka-up class-archive
 	$(PY) -m pytest --ignore=tests/cluster --ignore=tests/alerts -m "not long" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The tests that need no JVM, no broker and no server (tests/unit), on the xdist workers: under a
@@ -231,10 +238,10 @@ test-unit: setup
 # machine (sc://127.0.0.1:<port>), the daily runs it launches use that Spark Connect server:
 # started first (make spark-up, on SPARK_REMOTE's port).
 LOCAL_CONNECT = $(if $(filter sc://127.0.0.1:% sc://localhost:%,$(SPARK_REMOTE)),spark-up)
-ui: setup kafka-up $(LOCAL_CONNECT)
+ui: setup kafka-up class-archive $(LOCAL_CONNECT)
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -p $${DAGSTER_PORT:-3000} -w workspace.yaml
 
-stream: setup kafka-up
+stream: setup kafka-up class-archive
 	$(PY) -m orchestration.service.runner
 
 # One run from the command line, recorded in DAGSTER_HOME like the UI's (README "Operations"):
@@ -245,7 +252,7 @@ ifeq ($(SELECT),)
 $(error name the assets: make materialize SELECT=<asset,...> [PARTITION=YYYY-MM-DD | PARTITION_RANGE=YYYY-MM-DD...YYYY-MM-DD] [CONFIG='<json>'])
 endif
 endif
-materialize: setup kafka-up
+materialize: setup kafka-up class-archive
 	$(VENV)/bin/dagster asset materialize -m orchestration.definitions --select '$(SELECT)' \
 	  $(if $(PARTITION),--partition '$(PARTITION)') \
 	  $(if $(PARTITION_RANGE),--partition-range '$(PARTITION_RANGE)') \
@@ -254,21 +261,21 @@ materialize: setup kafka-up
 # The product against hand-written Spark jobs on one topic, warmed, interleaved, medians of 3
 # (bench.ratios: BENCH_EVENTS=2000000), then the service at 20,000 and 5,000 events/s
 # (bench.service_run: BENCH_SERVICE_SECONDS=600 and 180).
-bench: setup kafka-up
+bench: setup kafka-up class-archive
 	$(PY) -m bench.ratios
 	$(PY) -m bench.service_run
 	BENCH_SERVICE_RATE=5000 BENCH_SERVICE_SECONDS=180 $(PY) -m bench.service_run
 
 # Each stage on its own (raw consume, parse, catch-up, corrections, replay; BENCH_AT_SCALE=1 adds
 # 20M rows of history).
-bench-stages: setup kafka-up
+bench-stages: setup kafka-up class-archive
 	$(PY) -m bench.run
 
 # The service next to two live window queries written by hand (naive, tuned), interleaved, at
 # 20,000 and 5,000 events/s (bench.service_peers: BENCH_SERVICE_ROUNDS=3, BENCH_SERVICE_WARMUP=90,
 # BENCH_SERVICE_SECONDS=180); BENCH_KNEE=1 adds each one's knee (=only: the knee alone);
 # BENCH_SERVICE_ALONE=1 (or service_run's options): the service alone (bench.service_run).
-bench-service: setup kafka-up
+bench-service: setup kafka-up class-archive
 	$(PY) -m bench.service_peers
 
 # An ingest batch's steps on a cached batch (no Kafka, no commits): µs a record by step
@@ -281,13 +288,13 @@ bench-steps: setup
 
 # Where an ingest batch's time goes (50k, 270k, 2M records): Spark jobs by step, Delta commits
 # per table, the fixed cost of a one-record batch.
-profile: setup kafka-up
+profile: setup kafka-up class-archive
 	$(PY) -m bench.profile
 
 # A Dagster run from a cold start (`dagster asset materialize` in a fresh process) against the
 # hand-written jobs each in a fresh process: catch-up, empty catch-up, reconcile_dates, replay
 # (bench.run_path: RUN_PATH_EVENTS=3000, RUN_PATH_ROUNDS=3).
-bench-run-path: setup kafka-up dagster-instance
+bench-run-path: setup kafka-up class-archive dagster-instance
 	$(PY) -m bench.run_path
 
 # What one small Delta commit costs here, by kind (plain/idempotent append, UPDATE), in Spark jobs.
@@ -296,7 +303,7 @@ bench-commits: setup
 
 # Fault drills (bench/drills): crashes, broker restart, concurrent writers, bad input at volume,
 # retention, authentication. DRILLS_SCALE=0.05 for a quick run; results in bench/results/.
-drills: setup kafka-up
+drills: setup kafka-up class-archive
 	$(PY) -m bench.drills $(DRILLS_ARGS)
 
 # Headless Chromium, for this target only.

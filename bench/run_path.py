@@ -12,6 +12,9 @@ One topic of RUN_PATH_EVENTS events (default 3,000) on one event date. Each roun
   with nothing new (what the hourly schedule mostly does);
 - `replay`: `replay_aggregates` alone for the date through Dagster; its peer the hand-written
   batch job (`handwritten.batch_job`) over the same offset range, in a fresh process.
+The product's driver JVMs map this machine's class archive (`make class-archive`); the peers'
+JVMs start as spark-submit starts one, and once more with the archive (`*_archived`: what the
+archive alone would give a hand-written job).
 With RUN_PATH_CONNECT=sc://127.0.0.1:15002 (a running Connect server, `make spark-up`), each round
 also copies the caught-up root before its first reconcile and runs, with SPARK_REMOTE set:
 `reconcile_first_connect` / `reconcile_again_connect` on that copy and `replay_connect`: the same
@@ -95,6 +98,13 @@ def peer(job: str, environ: dict[str, str], *args: str) -> float:
     return timed([PY, "-m", "bench.run_path", job, *args], environ, f"peer_{job}")
 
 
+# A peer's JVM starts as spark-submit starts one (no class archive: `make class-archive` is the
+# product's set-up, spark_jobs.session.class_archive_option); with this variable set in its
+# environment it maps the product's archive too (the `*_archived` runs: what the archive alone
+# would give a hand-written job).
+PEER_ARCHIVE = "RUN_PATH_PEER_ARCHIVE"
+
+
 def run_peer(job: str, *args: str) -> None:
     """In the fresh process: the session as every entry point builds it, then the peer job."""
     from bench import handwritten
@@ -102,7 +112,7 @@ def run_peer(job: str, *args: str) -> None:
     from spark_jobs.session import get_spark
 
     settings = Settings.from_env()
-    spark = get_spark(settings)
+    spark = get_spark(settings, class_archive=os.environ.get(PEER_ARCHIVE) == "1")
     if job == "stream":
         out = args[0]
         handwritten.streaming_job(spark, settings, out + "/out", out + "/ck", 10_000_000)
@@ -120,7 +130,18 @@ FIXED = {
     "spark_session_start": ("from lakehouse.config.settings import Settings\n"
                             "from spark_jobs.session import get_spark\n"
                             "get_spark(Settings.from_env()).stop()"),
+    "spark_session_start_no_class_archive": (
+        "from lakehouse.config.settings import Settings\n"
+        "from spark_jobs.session import get_spark\n"
+        "get_spark(Settings.from_env(), class_archive=False).stop()"),
 }
+
+
+PEER_RUNS = ("naive_peer", "naive_peer_archived", "batch_peer", "batch_peer_archived")
+
+
+def archived(environ: dict[str, str]) -> dict[str, str]:
+    return {**environ, PEER_ARCHIVE: "1"}
 
 
 def fixed_costs(environ: dict[str, str], rounds: int) -> dict[str, float]:
@@ -165,9 +186,9 @@ def main() -> int:
     fixed = fixed_costs(env(WORK / "fixed", topic), rounds)
     print(f"  {fixed}", flush=True)
     runs: dict[str, list[float]] = {k: [] for k in (
-        "catch_up", "naive_peer", "empty_catch_up", "reconcile_first", "reconcile_again",
-        "replay", "batch_peer") if not (RECONCILE_ONLY and k in ("naive_peer", "replay",
-                                                                   "batch_peer"))}
+        "catch_up", "naive_peer", "naive_peer_archived", "empty_catch_up", "reconcile_first",
+        "reconcile_again", "replay", "batch_peer", "batch_peer_archived")
+        if not (RECONCILE_ONLY and k in PEER_RUNS + ("replay",))}
     warmup: list[float] = []  # the warm-up runs' seconds, in order (not in the medians)
     for i in range(rounds):
         print(f"round {i + 1}", flush=True)
@@ -176,6 +197,8 @@ def main() -> int:
         if not RECONCILE_ONLY:
             runs["naive_peer"].append(peer("stream", env(WORK / "peer", topic),
                                            str(WORK / f"peer-{i}")))
+            runs["naive_peer_archived"].append(peer("stream", archived(env(WORK / "peer", topic)),
+                                                    str(WORK / f"peer-archived-{i}")))
         runs["empty_catch_up"].append(materialize(CATCH_UP, product, "empty_catch_up"))
         if CONNECT:  # the same caught-up root, for the runs over Connect
             shutil.copytree(WORK / f"product-{i}", WORK / f"connect-{i}")
@@ -205,13 +228,18 @@ def main() -> int:
             runs.setdefault("replay_connect", []).append(
                 materialize("replay_aggregates", remote, "replay_connect", day))
         ranges, _ = offset_ranges(Settings.from_env(product), day)
-        runs["batch_peer"].append(peer("batch", env(WORK / "peer", topic),
-                                       str(WORK / f"batch-{i}"), day.isoformat(),
-                                       json.dumps({str(p): r for p, r in ranges.items()})))
+        for kind, environ in (("batch_peer", env(WORK / "peer", topic)),
+                              ("batch_peer_archived", archived(env(WORK / "peer", topic)))):
+            runs[kind].append(peer("batch", environ, str(WORK / f"{kind}-{i}"), day.isoformat(),
+                                   json.dumps({str(p): r for p, r in ranges.items()})))
     med = {k: round(statistics.median(v), 2) for k, v in runs.items()}
     ratios = {} if RECONCILE_ONLY else {
         "catch_up_ratio_vs_naive_peer": round(med["naive_peer"] / med["catch_up"], 2),
-        "replay_ratio_vs_batch_peer": round(med["batch_peer"] / med["replay"], 2)}
+        "replay_ratio_vs_batch_peer": round(med["batch_peer"] / med["replay"], 2),
+        "catch_up_ratio_vs_naive_peer_archived": round(med["naive_peer_archived"]
+                                                       / med["catch_up"], 2),
+        "replay_ratio_vs_batch_peer_archived": round(med["batch_peer_archived"]
+                                                     / med["replay"], 2)}
     if CONNECT:  # classic cold / Connect warm: > 1 is Connect faster
         ratios |= {f"{k}_classic_vs_connect": round(med[k] / med[f"{k}_connect"], 2)
                    for k in ("reconcile_first", "reconcile_again", "replay") if k in med}

@@ -160,13 +160,40 @@ def test_spark_pass_through_and_driver_host():
                            "SPARK_DRIVER_HOST": "10.1.2.3"})
     assert s.spark_conf_overrides == {"spark.executor.memory": "3g",
                                       "spark.executor.extraJavaOptions": "-Dx=1"}
-    conf = spark_conf(s)
+    conf = spark_conf(s, class_archive=False)
     assert conf["spark.executor.memory"] == "3g"
     assert conf["spark.executor.extraJavaOptions"] == "-Dx=1 -Duser.timezone=UTC"
     assert conf["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC"
     assert conf["spark.driver.host"] == "10.1.2.3"
     assert not s.shuffle_partitions_explicit
     assert Settings.from_env({"SPARK_SHUFFLE_PARTITIONS": "6"}).shuffle_partitions_explicit
+
+
+def test_a_driver_maps_the_class_archive_only_where_its_class_path_is_the_archived_one(
+        monkeypatch, tmp_path):
+    from spark_jobs import session
+
+    monkeypatch.setattr(session, "CLASS_ARCHIVES", tmp_path)
+    local = Settings.from_env({})
+    driver = "spark.driver.extraJavaOptions"
+    assert "SharedArchiveFile" not in session.spark_conf(local)[driver]  # none dumped yet
+    archive = session.class_archive_path()
+    assert archive.parent == tmp_path and archive.name.startswith("driver-")
+    archive.write_bytes(b"x")
+    conf = session.spark_conf(local, short_run=True)
+    assert conf[driver] == (f"{session.SHORT_RUN_JAVA_OPTIONS} -XX:SharedArchiveFile={archive} "
+                            "-Duser.timezone=UTC")
+    assert "SharedArchiveFile" not in conf["spark.executor.extraJavaOptions"]
+    assert "SharedArchiveFile" not in session.spark_conf(local, class_archive=False)[driver]
+    # Another class path than the archived one: an s3a:// root's jars, a deployment's own.
+    extra = Settings.from_env({"SPARK_CONF_spark.driver.extraClassPath": "/opt/x.jar"})
+    assert "SharedArchiveFile" not in session.spark_conf(extra)[driver]
+    monkeypatch.setattr(session, "object_store_classpath",
+                        lambda settings: {"spark.driver.extraClassPath": "/opt/aws.jar"})
+    assert "SharedArchiveFile" not in session.spark_conf(local)[driver]
+    # Another jar set names another archive: a stale one is never offered.
+    monkeypatch.setattr(session, "spark_jars", lambda: ["/j/delta-spark_2.13-9.9.9.jar"])
+    assert session.class_archive_path() != archive
 
 
 def test_shuffle_blocks_are_compressed_only_where_they_cross_a_network():
