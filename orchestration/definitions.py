@@ -9,9 +9,18 @@ name declared twice fails it too.
 """
 
 
+import atexit
+import gc
 import os
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+# A process that loaded the code location (a run's `dagster asset materialize` or `dagster api
+# execute_run` above all) spent ~1.5 s at its exit in the collector's last pass over the millions
+# of objects its imports built (Dagster, Great Expectations, pandas): frozen, they are left to
+# the process's end like the rest of its memory; atexit handlers and `__del__` of objects
+# outside cycles run as before (docs/performance-log.md, 2026-11-29, eighth session).
+atexit.register(gc.freeze)
 
 import importlib  # noqa: E402
 import types  # noqa: E402
