@@ -90,8 +90,8 @@ kafka-up: setup
 
 # This machine's class archive for the product's Spark drivers (AppCDS, .jars/cds/): a fresh
 # process's driver maps Spark's, Delta's and Kafka's classes instead of loading them (a session in
-# ~4 s instead of ~8). Dumped once by a catch-up and a reconcile on a scratch topic (about a
-# minute; infra/spark/class_archive.py), again when the JDK, pyspark or the jars change.
+# ~4 s instead of ~8). Dumped once by a catch-up and a reconcile on a scratch topic (about two
+# minutes here; infra/spark/class_archive.py), again when the JDK, pyspark or the jars change.
 class-archive: setup kafka-up
 	@$(PY) infra/spark/class_archive.py
 

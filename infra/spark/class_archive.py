@@ -11,8 +11,8 @@ The archive holds the classes a real run loads: a child process runs a catch-up 
 a scratch topic of the local broker) in one JVM started with `-XX:ArchiveClassesAtExit`, which
 writes the archive as it exits. The file then takes the name `spark_jobs.session` offers drivers
 (keyed by pyspark's version, the JDK and the jars; older archives are removed). Idempotent: when
-this machine's archive exists there is nothing to do; otherwise about a minute. A driver that
-finds no archive starts as it always did.
+this machine's archive exists there is nothing to do; otherwise about two minutes here. A driver
+that finds no archive starts as it always did.
 
     python infra/spark/class_archive.py            # make class-archive (needs the broker)
 """
