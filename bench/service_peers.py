@@ -116,10 +116,12 @@ class System:
         t0 = time.time()
         log = self.root / f"{self.name}.log"
         if self.name == "service":
-            self.proc = start_service(self.env, log_path=log)
+            # As `make stream` runs it: C2 (testkit's children otherwise compile with C1 only).
+            self.proc = start_service(self.env, log_path=log, short_run=False)
         else:
             self.proc = _spawn([sys.executable, "-m", "bench.service_peers", "peer", self.name,
-                                str(self.out), str(self.checkpoint)], self.env, log)
+                                str(self.out), str(self.checkpoint)], self.env, log,
+                               short_run=False)
         # A peer is ready once its first (empty) batch is committed: its start-up (the JVM's
         # first Delta write, codegen: ~50 s here) stays out of the warm-up too.
         while READY[self.name] not in output(self.proc, 100_000) or (

@@ -327,7 +327,7 @@ def main() -> int:
         ensure_topic(feed.settings)
     if replay_events:
         preload(settings, replay_events)
-    svc = start_service(env, log_path=root / "service.log")
+    svc = start_service(env, log_path=root / "service.log", short_run=False)
     while "SIGTERM to stop" not in output(svc, 100_000):
         if svc.poll() is not None:
             raise RuntimeError(f"the service died:\n{output(svc)}")

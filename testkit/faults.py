@@ -98,11 +98,15 @@ def short_lived(env) -> dict[str, str]:
     return {**env, DRIVER_JAVA_OPTIONS: " ".join(filter(None, (given, SHORT_RUN_JAVA_OPTIONS)))}
 
 
-def _spawn(args: list[str], env, log_path: str | Path | None) -> subprocess.Popen:
+def _spawn(args: list[str], env, log_path: str | Path | None,
+           short_run: bool = True) -> subprocess.Popen:
     """A child in a process group of its own, so a SIGKILL takes its JVM (and Python workers)
     down with it, as a crash of the machine or container would (`crash`). Its JVM is
-    `short_lived`."""
-    env = short_lived(env)
+    `short_lived` unless `short_run` is False: a bench's service and peers run as `make stream`
+    and spark-submit start them (with C1 only the service's batches cost ~1.5x: 47-75 µs a
+    record at 20k/s against ~31, docs/performance-log.md, 2026-11-29, ninth session)."""
+    if short_run:
+        env = short_lived(env)
     if log_path is None:
         return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -113,10 +117,13 @@ def _spawn(args: list[str], env, log_path: str | Path | None) -> subprocess.Pope
     return proc
 
 
-def start_service(env, log_path: str | Path | None = None) -> subprocess.Popen:
+def start_service(env, log_path: str | Path | None = None,
+                  short_run: bool = True) -> subprocess.Popen:
     """`make stream`'s service as a child process. Its output goes to a pipe, or to `log_path`
-    (for long runs: a pipe nobody reads fills up and blocks the service's prints)."""
-    return _spawn([sys.executable, "-m", "orchestration.service.runner"], env, log_path)
+    (for long runs: a pipe nobody reads fills up and blocks the service's prints). `short_run`:
+    see `_spawn`."""
+    return _spawn([sys.executable, "-m", "orchestration.service.runner"], env, log_path,
+                  short_run)
 
 
 @contextmanager
