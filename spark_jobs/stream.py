@@ -39,6 +39,7 @@ from datetime import UTC, date, datetime
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
 from lakehouse.config.settings import Settings
@@ -54,8 +55,10 @@ from lakehouse.tables.commit_tags import (
     stream_commit_of,
 )
 from lakehouse.tables.generations import pending_change
+from lakehouse.tables.local_writes import plain_table, replace_partitions
 from lakehouse.tables.locks import Fence, checkpoint_lock
 from lakehouse.tables.progress_reports import BatchReport, as_dict
+from lakehouse.tables.reads import read_partition
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.generations import apply_spec
 from spark_jobs.progress import record_progress
@@ -73,6 +76,9 @@ from spark_jobs.transforms.ingest import counted_events, fold_into_open, late_pr
 from spark_jobs.transforms.parse import classify, quarantine_projection, valid_columns
 from spark_jobs.transforms.windows import aggregate_windows
 
+# `streaming_aggregates`' timestamps on whole milliseconds (the window grid, the watermark):
+# their file statistics are exact when the driver writes the table (`replace_partitions`).
+WHOLE_MS_COLUMNS = ("window_start", "window_end", "watermark")
 # How Spark says a locally checkpointed block is gone (its executor died).
 LOST_BLOCK = "Checkpoint block"
 REPLACE_WHERE_CHECK = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
@@ -308,6 +314,16 @@ def publish_windows(spark: SparkSession, settings: Settings, deltas: DataFrame |
     if published:
         return
     _label(spark, "aggregates")
+    tag = batch_tag(commit.query, batch_id)
+    if plain_table(settings, STREAMING.name):
+        # On a local root: the open rows read and the commit made from the driver (delta-rs),
+        # the fold and the batch's windows computed by one Spark job that returns the rows.
+        rows = read_partition(settings, STREAMING.name, "status", OPEN)
+        open_rows = spark.createDataFrame(rows, schema=from_arrow_schema(rows.schema))
+        published = fold_into_open(open_rows, deltas, settings.shape, commit, batch_id)
+        replace_partitions(settings, STREAMING.name, "status", OPEN, published.toArrow(), tag,
+                           exact_ms=WHOLE_MS_COLUMNS)
+        return
     open_rows = read_table(spark, settings, STREAMING).where(F.col("status") == OPEN)
     published = fold_into_open(open_rows, deltas, settings.shape, commit, batch_id)
     # The rows that closed go to their final partitions in the same commit: the overwrite's
@@ -316,7 +332,7 @@ def publish_windows(spark: SparkSession, settings: Settings, deltas: DataFrame |
     try:
         (published.write.format("delta").mode("overwrite")
          .option("replaceWhere", f"status = '{OPEN}'")
-         .option("userMetadata", batch_tag(commit.query, batch_id))
+         .option("userMetadata", tag)
          .save(settings.table_path(STREAMING.name)))
     finally:
         spark.conf.unset(REPLACE_WHERE_CHECK)

@@ -162,3 +162,56 @@ def test_replacing_different_dates_at_once_loses_no_commit(tmp_path):
     assert sorted(zip(got["event_date"].to_pylist(), got["x"].to_pylist(), strict=True)) == sorted(
         (day, 7) for day in days for _ in range(2))
     assert DeltaTable(path).version() == before + len(days) * 8  # every commit landed
+
+
+def test_replacing_the_open_partitions_lands_every_row_in_one_tagged_commit(tmp_path):
+    """`replace_partitions` (a streaming batch's publication on a local root): the files of
+    status = 'open' are replaced, rows of other partitions are added there, the commit carries
+    the tag as its userMetadata, and the files' statistics hold their row counts and the exact
+    bounds of the columns given; `plain_table` refuses a table with change data feed."""
+    import pytest
+
+    from lakehouse.tables import delta_log
+    from lakehouse.tables.local_writes import plain_table, replace_partitions
+    from lakehouse.tables.stats import add_actions
+
+    settings = Settings(lakehouse_root=str(tmp_path))
+    schema = pa.schema([("event_date", pa.date32()), ("status", pa.string()),
+                        ("window_end", pa.timestamp("us", tz="UTC")), ("n", pa.int64()),
+                        ("updated_at", pa.timestamp("us", tz="UTC"))])
+    w1, w2 = T0, T0 + timedelta(minutes=1)
+    stamp = T0 + timedelta(microseconds=7)
+
+    def table(*rows):
+        return pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows],
+                                    schema=schema)
+
+    path = str(tmp_path / "agg")
+    write_deltalake(path, table((D1, "final", w1 - timedelta(minutes=1), 5, stamp),
+                                (D1, "open", w1, 1, stamp), (D2, "open", w2, 2, stamp)),
+                    partition_by=["event_date", "status"])
+    assert plain_table(settings, "agg")
+    # w1 closes (its row goes to the final partition), w2 gets 3 more, a new open window.
+    replace_partitions(settings, "agg", "status", "open", table(
+        (D1, "final", w1, 1, stamp), (D2, "open", w2, 5, stamp),
+        (D2, "open", w2 + timedelta(minutes=1), 4, stamp)), "tag:q:7",
+        exact_ms=("window_end",))
+    dt = DeltaTable(path)
+    assert dt.version() == 1
+    got = sorted((r["status"], r["window_end"], r["n"]) for r in dt.to_pyarrow_table().to_pylist())
+    assert got == sorted([("final", w1 - timedelta(minutes=1), 5), ("final", w1, 1),
+                          ("open", w2, 5), ("open", w2 + timedelta(minutes=1), 4)])
+    assert delta_log.commits(settings, "agg", 1)[0]["userMetadata"] == "tag:q:7"
+    actions = add_actions(settings, "agg")
+    new = actions.filter(pc.equal(actions["num_records"], 2))
+    assert new["min.window_end"].to_pylist() == [w2]
+    assert new["max.window_end"].to_pylist() == [w2 + timedelta(minutes=1)]
+    assert "min.updated_at" not in actions.column_names or \
+        actions.filter(pc.invert(pc.is_null(actions["min.updated_at"]))).num_rows == 1
+    assert sum(actions["num_records"].to_pylist()) == 4
+    with pytest.raises(ValueError, match="not partitioned by"):
+        replace_partitions(settings, "agg", "x", "open", table(), "t")
+    write_deltalake(str(tmp_path / "cdf"), table((D1, "open", w1, 1, stamp)),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    assert not plain_table(settings, "cdf")
+    assert not plain_table(Settings(lakehouse_root="s3a://bucket/lh"), "agg")
