@@ -46,19 +46,25 @@ def append_rows(settings: Settings, name: str, rows: list[dict],
     return True
 
 
+def _local_table(settings: Settings, name: str, writer: str):
+    """Table `name` opened for a driver-side write on a local root (else ValueError)."""
+    if settings.local_root is None:
+        raise ValueError(f"{writer} writes on a local root only, not {settings.root}")
+    table = delta_log.open_table(settings, name)
+    if table is None:
+        raise FileNotFoundError(f"no Delta table {name} under {settings.root}")
+    return table
+
+
 def replace_date(settings: Settings, name: str, d: date, data: pa.Table | None) -> None:
     """Replace the rows of event date `d` in table `name` (partitioned by `event_date`, on a
     local root) with `data` (None: no rows), in one commit: Spark's `replaceWhere` overwrite as
     delta-rs' overwrite with a predicate. `data` holds the table's columns (any order; types
     cast to the table's, an error if a value does not fit) and only rows of `d` (delta-rs
     refuses others)."""
-    if settings.local_root is None:
-        raise ValueError(f"replace_date writes on a local root only, not {settings.root}")
     from deltalake import write_deltalake
 
-    table = delta_log.open_table(settings, name)
-    if table is None:
-        raise FileNotFoundError(f"no Delta table {name} under {settings.root}")
+    table = _local_table(settings, name, "replace_date")
     schema = pa.schema(table.schema().to_arrow())
     data = schema.empty_table() if data is None else data.select(schema.names).cast(schema)
     write_deltalake(table, data, mode="overwrite",
@@ -127,8 +133,6 @@ def replace_partitions(settings: Settings, name: str, column: str, value: str,
     left to Spark; docs/performance-log.md, 2026-11-29, ninth session). Files get `numRecords`,
     `nullCount` and exact minima and maxima (`EXACT_STATS_TYPES`, and the `exact_ms`
     timestamp columns)."""
-    if settings.local_root is None:
-        raise ValueError(f"replace_partitions writes on a local root only, not {settings.root}")
     import os
     import time
     import uuid
@@ -138,9 +142,7 @@ def replace_partitions(settings: Settings, name: str, column: str, value: str,
     from deltalake import CommitProperties
     from deltalake.transaction import AddAction, RemoveAction
 
-    table = delta_log.open_table(settings, name)
-    if table is None:
-        raise FileNotFoundError(f"no Delta table {name} under {settings.root}")
+    table = _local_table(settings, name, "replace_partitions")
     parts = list(table.metadata().partition_columns)
     if column not in parts:
         raise ValueError(f"{name} is not partitioned by {column}")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from lakehouse.kafka.admin import ensure_topic
 from lakehouse.tables import delta_log
-from lakehouse.tables.commit_tags import StreamCommit
+from lakehouse.tables.commit_tags import StreamCommit, batch_tag
 from lakehouse.tables.reads import read
 from spark_jobs import stream
 from testkit.generator import GeneratorConfig, generate, produce
@@ -59,6 +59,10 @@ def test_a_rerun_batch_writes_nothing_twice_and_its_merge_changes_no_row(instanc
     done, table = versions(settings), aggregates(settings)
     # One commit to each table by the batch (quarantine and late only because it had some).
     assert {t: done[t] - before_second[t] for t in TABLES} == dict.fromkeys(TABLES, 1)
+    # On a local root the publication is the driver's commit (delta-rs), tagged with the batch.
+    published = delta_log.commits(settings, "streaming_aggregates", 1)[0]
+    assert published["engineInfo"].startswith("delta-rs")
+    assert published["userMetadata"] == batch_tag(second.query, batch)
 
     # Spark runs the batch again: its checkpoint commit is lost.
     checkpoint = Path(settings.checkpoint_path("ingest").removeprefix("file://"))
