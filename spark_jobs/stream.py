@@ -55,10 +55,9 @@ from lakehouse.tables.commit_tags import (
     stream_commit_of,
 )
 from lakehouse.tables.generations import pending_change
-from lakehouse.tables.local_writes import plain_table, replace_partitions
+from lakehouse.tables.local_writes import partition_rows_of, plain_table, replace_partitions
 from lakehouse.tables.locks import Fence, checkpoint_lock
 from lakehouse.tables.progress_reports import BatchReport, as_dict
-from lakehouse.tables.reads import read_partition
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.generations import apply_spec
 from spark_jobs.progress import record_progress
@@ -315,13 +314,15 @@ def publish_windows(spark: SparkSession, settings: Settings, deltas: DataFrame |
         return
     _label(spark, "aggregates")
     tag = batch_tag(commit.query, batch_id)
-    if plain_table(settings, STREAMING.name):
-        # On a local root: the open rows read and the commit made from the driver (delta-rs),
-        # the fold and the batch's windows computed by one Spark job that returns the rows.
-        rows = read_partition(settings, STREAMING.name, "status", OPEN)
+    table = delta_log.open_table(settings, STREAMING.name) if settings.local_root else None
+    if plain_table(settings, table):
+        # On a local root: the open rows read and the commit made from the driver (delta-rs,
+        # the table's log opened once), the fold and the batch's windows computed by one Spark
+        # job that returns the rows.
+        rows = partition_rows_of(table, "status", OPEN)
         open_rows = spark.createDataFrame(rows, schema=from_arrow_schema(rows.schema))
         published = fold_into_open(open_rows, deltas, settings.shape, commit, batch_id)
-        replace_partitions(settings, STREAMING.name, "status", OPEN, published.toArrow(), tag,
+        replace_partitions(settings, table, "status", OPEN, published.toArrow(), tag,
                            exact_ms=WHOLE_MS_COLUMNS)
         return
     open_rows = read_table(spark, settings, STREAMING).where(F.col("status") == OPEN)

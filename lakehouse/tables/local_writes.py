@@ -9,7 +9,7 @@ provider or conditional puts the store may not offer): `append_rows` returns Fal
 
 from __future__ import annotations
 
-from datetime import UTC, date
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -46,16 +46,6 @@ def append_rows(settings: Settings, name: str, rows: list[dict],
     return True
 
 
-def _local_table(settings: Settings, name: str, writer: str):
-    """Table `name` opened for a driver-side write on a local root (else ValueError)."""
-    if settings.local_root is None:
-        raise ValueError(f"{writer} writes on a local root only, not {settings.root}")
-    table = delta_log.open_table(settings, name)
-    if table is None:
-        raise FileNotFoundError(f"no Delta table {name} under {settings.root}")
-    return table
-
-
 def replace_date(settings: Settings, name: str, d: date, data: pa.Table | None) -> None:
     """Replace the rows of event date `d` in table `name` (partitioned by `event_date`, on a
     local root) with `data` (None: no rows), in one commit: Spark's `replaceWhere` overwrite as
@@ -64,7 +54,11 @@ def replace_date(settings: Settings, name: str, d: date, data: pa.Table | None) 
     refuses others)."""
     from deltalake import write_deltalake
 
-    table = _local_table(settings, name, "replace_date")
+    if settings.local_root is None:
+        raise ValueError(f"replace_date writes on a local root only, not {settings.root}")
+    table = delta_log.open_table(settings, name)
+    if table is None:
+        raise FileNotFoundError(f"no Delta table {name} under {settings.root}")
     schema = pa.schema(table.schema().to_arrow())
     data = schema.empty_table() if data is None else data.select(schema.names).cast(schema)
     write_deltalake(table, data, mode="overwrite",
@@ -76,6 +70,11 @@ def replace_date(settings: Settings, name: str, d: date, data: pa.Table | None) 
 # timestamps on whole milliseconds, as a window's bounds are). Others (decimals, strings,
 # microsecond timestamps) carry none: a reader then reads the file rather than skip it wrongly.
 EXACT_STATS_TYPES = (pa.types.is_integer, pa.types.is_date)
+
+
+def _stats_time(v: datetime) -> str:
+    """A timestamp as Delta's statistics write it: UTC, milliseconds (cut)."""
+    return v.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _stats(data: pa.Table, exact_ms: tuple[str, ...]) -> str:
@@ -92,9 +91,9 @@ def _stats(data: pa.Table, exact_ms: tuple[str, ...]) -> str:
             continue
         if pa.types.is_timestamp(kind) and name in exact_ms:
             bounds = pc.min_max(data[name]).as_py()
-            fmt = "%Y-%m-%dT%H:%M:%S.%f"
-            low[name], high[name] = (v.astimezone(UTC).strftime(fmt)[:-3] + "Z"
-                                     for v in (bounds["min"], bounds["max"]))
+            top = bounds["max"]  # a maximum cut to milliseconds must not fall below the value
+            top += timedelta(microseconds=-top.microsecond % 1000)
+            low[name], high[name] = (_stats_time(bounds["min"]), _stats_time(top))
         elif any(test(kind) for test in EXACT_STATS_TYPES):
             bounds = pc.min_max(data[name]).as_py()
             low[name], high[name] = (str(v) if pa.types.is_date(kind) else v
@@ -104,16 +103,13 @@ def _stats(data: pa.Table, exact_ms: tuple[str, ...]) -> str:
     return json.dumps(stats, separators=(",", ":"))
 
 
-def plain_table(settings: Settings, name: str) -> bool:
-    """Whether `replace_partitions` may write table `name`: a local root, and a table of the
-    first protocols (reader 1, writer <= 2: NOT NULL invariants at most; no table features such
-    as deletion vectors, no change data feed, no column mapping), whose files it writes as
-    Spark would. A `streaming_aggregates` of a release before 2026-11-25 has deletion vectors:
-    Spark writes it."""
-    if settings.local_root is None:
-        return False
-    table = delta_log.open_table(settings, name)
-    if table is None:
+def plain_table(settings: Settings, table) -> bool:
+    """Whether `replace_partitions` may write `table` (a delta-rs `DeltaTable`, None: no
+    table): a local root, and a table of the first protocols (reader 1, writer <= 2: NOT NULL
+    invariants at most; no table features such as deletion vectors, no change data feed, no
+    column mapping), whose files it writes as Spark would. A `streaming_aggregates` of a
+    release before 2026-11-25 has deletion vectors: Spark writes it."""
+    if settings.local_root is None or table is None:
         return False
     protocol, config = table.protocol(), table.metadata().configuration
     return (protocol.min_reader_version == 1 and protocol.min_writer_version <= 2
@@ -121,10 +117,17 @@ def plain_table(settings: Settings, name: str) -> bool:
             and config.get("delta.columnMapping.mode", "none") == "none")
 
 
-def replace_partitions(settings: Settings, name: str, column: str, value: str,
+def partition_rows_of(table, column: str, value: str) -> pa.Table:
+    """The rows of `table` (a delta-rs `DeltaTable` that `plain_table` accepts) in the
+    partitions where `column` = `value`."""
+    return table.to_pyarrow_table(filters=[(column, "=", value)])
+
+
+def replace_partitions(settings: Settings, table, column: str, value: str,
                        data: pa.Table, user_metadata: str,
                        exact_ms: tuple[str, ...] = ()) -> None:
-    """Replace every file of the partitions where `column` = `value` with `data`, which may also
+    """Replace every file of `table`'s partitions (a delta-rs `DeltaTable` opened by the
+    caller, on a local root) where `column` = `value` with `data`, which may also
     hold rows of other partitions (they are added there), in one commit tagged with
     `user_metadata` (its commit info's `userMetadata`, as Spark's option of that name). Spark's
     `replaceWhere` overwrite without its check that every row matches the condition, from the
@@ -142,10 +145,11 @@ def replace_partitions(settings: Settings, name: str, column: str, value: str,
     from deltalake import CommitProperties
     from deltalake.transaction import AddAction, RemoveAction
 
-    table = _local_table(settings, name, "replace_partitions")
+    if settings.local_root is None:
+        raise ValueError(f"replace_partitions writes on a local root only, not {settings.root}")
     parts = list(table.metadata().partition_columns)
     if column not in parts:
-        raise ValueError(f"{name} is not partitioned by {column}")
+        raise ValueError(f"{table.table_uri} is not partitioned by {column}")
     schema = pa.schema(table.schema().to_arrow())
     data = data.select(schema.names).cast(schema)
     files = pa.table(table.get_add_actions(flatten=True))

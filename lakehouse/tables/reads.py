@@ -34,14 +34,6 @@ def read(settings: Settings, name: str, event_date: date | None = None):
     return dt.to_pyarrow_table(filters=filters)
 
 
-def read_partition(settings: Settings, name: str, column: str, value: str) -> pa.Table:
-    """The rows of table `name` in the partitions where `column` = `value` (a table without
-    deletion vectors: `local_writes.plain_table`)."""
-    uri, options = settings.delta_rs(name)
-    return DeltaTable(uri, storage_options=options).to_pyarrow_table(
-        partitions=[(column, "=", value)])
-
-
 def _plain(t: pa.DataType) -> pa.DataType:
     """The query engine's view types as the plain ones every other read returns."""
     return {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}.get(t, t)
