@@ -58,6 +58,7 @@ from lakehouse.tables.generations import pending_change
 from lakehouse.tables.local_writes import partition_rows_of, plain_table, replace_partitions
 from lakehouse.tables.locks import Fence, checkpoint_lock
 from lakehouse.tables.progress_reports import BatchReport, as_dict
+from lakehouse.tables.reads import DRIVER_ROWS_MAX
 from spark_jobs import checkpoint as ckpt
 from spark_jobs.generations import apply_spec
 from spark_jobs.progress import record_progress
@@ -289,7 +290,8 @@ def _append(df: DataFrame, settings: Settings, table: str, user_metadata: str) -
 
 
 def publish_windows(spark: SparkSession, settings: Settings, deltas: DataFrame | None,
-                    commit: StreamCommit, batch_id: int, published: bool | None = None) -> None:
+                    commit: StreamCommit, batch_id: int, published: bool | None = None,
+                    on_time: int | None = None) -> None:
     """Publish the batch into `streaming_aggregates` in one commit: its window deltas added into
     the open windows, and the windows the next watermark closes marked final.
 
@@ -302,7 +304,8 @@ def publish_windows(spark: SparkSession, settings: Settings, deltas: DataFrame |
 
     Exactly once: the stream is the one writer (under the checkpoint lock), and the commit
     carries the batch's tag; a re-run batch finds it and publishes nothing twice (`published`:
-    whether it is there, when the caller has read the log already)."""
+    whether it is there, when the caller has read the log already; `on_time`: the batch's
+    on-time records, a bound of the rows `deltas` holds; None: not known, Spark writes)."""
     window_ms = int(settings.window_size.total_seconds() * 1000)
     closes = commit.next_watermark_ms // window_ms > commit.watermark_ms // window_ms
     if deltas is None and not closes:
@@ -315,11 +318,13 @@ def publish_windows(spark: SparkSession, settings: Settings, deltas: DataFrame |
     _label(spark, "aggregates")
     tag = batch_tag(commit.query, batch_id)
     table = delta_log.open_table(settings, STREAMING.name) if settings.local_root else None
-    if plain_table(settings, table):
-        # On a local root: the open rows read and the commit made from the driver (delta-rs,
-        # the table's log opened once), the fold and the batch's windows computed by one Spark
-        # job that returns the rows.
-        rows = partition_rows_of(table, "status", OPEN)
+    # On a local root, when the open rows and the batch's windows (at most one per on-time
+    # record) fit DRIVER_ROWS_MAX: the open rows read and the commit made from the driver
+    # (delta-rs, the table's log opened once), the fold and the batch's windows computed by one
+    # Spark job that returns the rows.
+    rows = (partition_rows_of(table, "status", OPEN, DRIVER_ROWS_MAX - on_time)
+            if on_time is not None and plain_table(settings, table) else None)
+    if rows is not None:
         open_rows = spark.createDataFrame(rows, schema=from_arrow_schema(rows.schema))
         published = fold_into_open(open_rows, deltas, settings.shape, commit, batch_id)
         replace_partitions(settings, table, "status", OPEN, published.toArrow(), tag,
@@ -480,7 +485,8 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 deltas = (aggregate_windows(counted_events(on_time, earlier, shape), settings)
                           if facts.on_time else None)
                 query.fence.check()
-                publish_windows(spark, settings, deltas, commit, batch_id, published)
+                publish_windows(spark, settings, deltas, commit, batch_id, published,
+                                facts.on_time)
 
             earlier = (_earlier_ids(spark, settings, query.recent, previous, earlier_version,
                                     watermark_ms) if facts.on_time else None)

@@ -117,9 +117,21 @@ def plain_table(settings: Settings, table) -> bool:
             and config.get("delta.columnMapping.mode", "none") == "none")
 
 
-def partition_rows_of(table, column: str, value: str) -> pa.Table:
+def partition_rows_of(table, column: str, value: str, at_most: int) -> pa.Table | None:
     """The rows of `table` (a delta-rs `DeltaTable` that `plain_table` accepts) in the
-    partitions where `column` = `value`."""
+    partitions where `column` = `value`; None, nothing read, unless the log's file statistics
+    show at most `at_most` rows there (the caller then goes through Spark: the driver holds
+    only what its memory is sized for)."""
+    import pyarrow.compute as pc
+
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if actions.num_rows:
+        files = actions.filter(pc.equal(actions[f"partition.{column}"], value))
+        rows = files["num_records"]
+        if rows.null_count or (pc.sum(rows).as_py() or 0) > at_most:
+            return None
+    elif at_most < 0:
+        return None
     return table.to_pyarrow_table(filters=[(column, "=", value)])
 
 

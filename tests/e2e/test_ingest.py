@@ -11,7 +11,7 @@ from pathlib import Path
 
 from lakehouse.kafka.admin import ensure_topic
 from lakehouse.tables import delta_log
-from lakehouse.tables.commit_tags import StreamCommit, batch_tag
+from lakehouse.tables.commit_tags import StreamCommit, batch_of, batch_tag
 from lakehouse.tables.reads import read
 from spark_jobs import stream
 from testkit.generator import GeneratorConfig, generate, produce
@@ -193,3 +193,27 @@ def test_a_clean_batch_opens_each_tables_log_once_before_its_writes(instance_env
     assert opens and max(opens.values()) == 1, opens
     assert not {"quarantined_events", "late_events"} & set(opens)
     assert ("write", "quarantined_events") not in events and ("write", "late_events") not in events
+
+
+def test_a_batch_past_the_drivers_bound_is_published_by_spark_with_the_same_rows(
+        instance_env, spark, monkeypatch):
+    """A batch whose open windows and on-time records could exceed DRIVER_ROWS_MAX is published
+    by Spark's writer, not through the driver: the same rows as the driver's publication of the
+    same events on another root."""
+    settings = instance_env
+    ensure_topic(settings)
+    end = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    produce(settings, generate(GeneratorConfig(count=300, seed=3, end=end,
+                                               span=timedelta(minutes=20), keys=3)).records)
+    stream.catch_up(spark, settings)
+    by_driver = delta_log.commits(settings, "streaming_aggregates", 1)[0]
+    assert by_driver["engineInfo"].startswith("delta-rs")
+
+    other = settings.model_copy(
+        update={"lakehouse_root": str(settings.local_root.parent / "by-spark")})
+    monkeypatch.setattr(stream, "DRIVER_ROWS_MAX", 0)  # no batch's windows fit
+    stream.catch_up(spark, other)
+    by_spark = delta_log.commits(other, "streaming_aggregates", 1)[0]
+    assert by_spark["engineInfo"].startswith("Apache-Spark")
+    assert batch_of(by_spark["userMetadata"])[1] == batch_of(by_driver["userMetadata"])[1]
+    assert aggregates(other) == aggregates(settings)
