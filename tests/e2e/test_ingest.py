@@ -198,22 +198,30 @@ def test_a_clean_batch_opens_each_tables_log_once_before_its_writes(instance_env
 def test_a_batch_past_the_drivers_bound_is_published_by_spark_with_the_same_rows(
         instance_env, spark, monkeypatch):
     """A batch whose open windows and on-time records could exceed DRIVER_ROWS_MAX is published
-    by Spark's writer, not through the driver: the same rows as the driver's publication of the
-    same events on another root."""
+    by Spark's writer, on top of the driver's earlier commits: the same rows as the driver's
+    publications of the same events (sent to a second topic, ingested into a second root)."""
     settings = instance_env
-    ensure_topic(settings)
+    other = settings.model_copy(update={
+        "lakehouse_root": str(settings.local_root.parent / "by-spark"),
+        "events_topic": f"{settings.events_topic}-b"})
     end = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
-    produce(settings, generate(GeneratorConfig(count=300, seed=3, end=end,
-                                               span=timedelta(minutes=20), keys=3)).records)
-    stream.catch_up(spark, settings)
-    by_driver = delta_log.commits(settings, "streaming_aggregates", 1)[0]
-    assert by_driver["engineInfo"].startswith("delta-rs")
-
-    other = settings.model_copy(
-        update={"lakehouse_root": str(settings.local_root.parent / "by-spark")})
-    monkeypatch.setattr(stream, "DRIVER_ROWS_MAX", 0)  # no batch's windows fit
-    stream.catch_up(spark, other)
-    by_spark = delta_log.commits(other, "streaming_aggregates", 1)[0]
+    for s in (settings, other):
+        ensure_topic(s)
+    # Two chunks, the second's events later (none in the future: a batch of only quarantined
+    # records is another case).
+    chunks = [generate(GeneratorConfig(count=300, seed=seed, end=end - timedelta(minutes=m),
+                                       span=timedelta(minutes=20), keys=3)).records
+              for seed, m in ((3, 20), (4, 0))]
+    for s in (settings, other):
+        for i, records in enumerate(chunks):
+            produce(s, records)
+            if s is other and i == 1:
+                monkeypatch.setattr(stream, "DRIVER_ROWS_MAX", 0)  # no batch's windows fit
+            stream.catch_up(spark, s)
+    by_driver = delta_log.commits(settings, "streaming_aggregates", 2)
+    assert all(c["engineInfo"].startswith("delta-rs") for c in by_driver)
+    by_spark, before = delta_log.commits(other, "streaming_aggregates", 2)
     assert by_spark["engineInfo"].startswith("Apache-Spark")
-    assert batch_of(by_spark["userMetadata"])[1] == batch_of(by_driver["userMetadata"])[1]
+    assert before["engineInfo"].startswith("delta-rs")
+    assert batch_of(by_spark["userMetadata"])[1] == batch_of(by_driver[0]["userMetadata"])[1]
     assert aggregates(other) == aggregates(settings)
