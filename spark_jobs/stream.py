@@ -82,6 +82,8 @@ WHOLE_MS_COLUMNS = ("window_start", "window_end", "watermark")
 # How Spark says a locally checkpointed block is gone (its executor died).
 LOST_BLOCK = "Checkpoint block"
 REPLACE_WHERE_CHECK = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
+# Delta records no commit for an append of no rows unless this is off.
+SKIP_EMPTY_COMMITS = "spark.databricks.delta.skipRecordingEmptyCommits"
 
 
 @dataclass
@@ -468,8 +470,16 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                             settings, LATE.name, tag)
                 _label(spark, "bronze")
                 query.fence.check()
-                # Last of the appends: its commit says the batch's appends are all done.
-                _append(valid.select("*", *stamp), settings, BRONZE.name, commit.metadata())
+                # Last of the appends: its commit says the batch's appends are all done. A batch
+                # of only quarantined records still stamps its position: an empty commit.
+                empty = not (facts.late or facts.on_time)
+                if empty:
+                    spark.conf.set(SKIP_EMPTY_COMMITS, "false")
+                try:
+                    _append(valid.select("*", *stamp), settings, BRONZE.name, commit.metadata())
+                finally:
+                    if empty:
+                        spark.conf.unset(SKIP_EMPTY_COMMITS)
                 commit = stream_commit_of(settings, app, batch_id, plan.bronze_version)
                 if commit is None:
                     raise RuntimeError(f"bronze commit of ingest batch {batch_id} not found "

@@ -225,3 +225,30 @@ def test_a_batch_past_the_drivers_bound_is_published_by_spark_with_the_same_rows
     assert before["engineInfo"].startswith("delta-rs")
     assert batch_of(by_spark["userMetadata"])[1] == batch_of(by_driver[0]["userMetadata"])[1]
     assert aggregates(other) == aggregates(settings)
+
+
+def test_a_batch_of_only_quarantined_records_stamps_bronze_and_the_stream_goes_on(
+        instance_env, spark):
+    """Every record of a batch quarantined (events in the future): the quarantine holds them,
+    bronze records the batch's position in an empty commit, and the next batch ingests."""
+    settings = instance_env
+    ensure_topic(settings)
+    now = datetime.now(UTC).replace(microsecond=0)
+
+    def chunk(seed: int, end: datetime) -> list:
+        return generate(GeneratorConfig(count=100, seed=seed, end=end, span=timedelta(minutes=5),
+                                        keys=2, late_fraction=0, duplicate_fraction=0,
+                                        malformed_fraction=0)).records
+
+    for seed, end in ((1, now - timedelta(minutes=5)), (2, now + timedelta(hours=2)),
+                      (3, now - timedelta(minutes=1))):
+        produce(settings, chunk(seed, end))
+        stream.catch_up(spark, settings)
+    stamped = [StreamCommit.parse(c) for c in delta_log.commits(settings, "bronze_events", 3)]
+    assert [c.batch_id for c in stamped] == [2, 1, 0]
+    quarantined = Counter((r["bronze_batch_id"], r["reason"])
+                          for r in read(settings, "quarantined_events").to_pylist())
+    assert sum(n for (batch, _), n in quarantined.items() if batch == 1) == 100
+    assert quarantined[(1, "event_time_in_future")] > 90
+    bronze = Counter(r["bronze_batch_id"] for r in read(settings, "bronze_events").to_pylist())
+    assert bronze[1] == 0 and bronze[0] > 0 and bronze[2] > 0
