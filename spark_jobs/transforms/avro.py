@@ -1,11 +1,11 @@
-"""Avro record values -> the VARIANT the JSON path parses into, with native Spark functions only.
+"""Avro record values -> the decoded record's typed fields, with native Spark functions only.
 
 Each record is decoded once by Spark's `from_avro` (spark-avro), with its writer schema (the
 Confluent header's schema id picks it; `plain`: the one schema) and the spec's reader schema
-(option `avroSchema`), so every version decodes into one struct; the struct becomes a VARIANT
-object (`to_variant_object`) and the classification goes on as for JSON: per-field reason codes,
-exact decimals (Avro's decimal logical type is a Spark decimal, kept exact in the VARIANT), the
-time forms. A timestamp-millis field enters the VARIANT as its epoch milliseconds.
+(option `avroSchema`), so every version decodes into one struct, `__record`. The classification
+(`spark_jobs.transforms.parse`) reads its fields as they are typed: a decimal (Avro's decimal
+logical type) or an integer measure is checked as a number, a timestamp-millis time is a
+timestamp already, strings are the JSON path's text; no field passes through a VARIANT.
 
 A record that does not decode is `invalid_avro`, found by a field the reader schema gets with a
 default (`lakehouse.events.avro.DECODED_FIELD`): in PERMISSIVE mode Spark turns a record it cannot
@@ -34,9 +34,10 @@ def _has_header(value: Column) -> Column:
 
 
 def decode(df: DataFrame, avro: AvroInput, attempt: Column) -> DataFrame:
-    """`df` (with `__raw_value`) plus `__header_ok`, `__schema_id` and `__v` (the record as a
-    VARIANT object; null when it was not decoded: not attempted, no header, unknown id, bytes
-    that do not decode). `attempt`: which rows to decode at all (CASE WHEN is lazy)."""
+    """`df` (with `__raw_value`) plus `__header_ok`, `__schema_id` and `__record` (the reader
+    schema's struct; null, or all fields null, when it was not decoded: not attempted, no header,
+    unknown id, bytes that do not decode: `decoded`). `attempt`: which rows to decode at all
+    (CASE WHEN is lazy)."""
     if avro.pending:
         raise RuntimeError(f"the writer schemas of registry {avro.registry.url} (subject "
                            f"{avro.registry.subject}) were not fetched: run with "
@@ -55,16 +56,37 @@ def decode(df: DataFrame, avro: AvroInput, attempt: Column) -> DataFrame:
         decoded = from_avro(body, writer.text, options)
         condition = attempt & F.col("__header_ok") & (F.col("__schema_id") == sid)
         record = (F.when if record is None else record.when)(condition, decoded)
-    df = df.select("*", record.alias("__record"))
-    r = F.col("__record")
-    fields = []
+    return df.select("*", record.alias("__record"))
+
+
+def decoded() -> Column:
+    """True for a record `decode` decoded."""
+    return F.coalesce(F.col("__record")[DECODED_FIELD], F.lit(False))
+
+
+def field_kinds(avro: AvroInput) -> dict[str, str]:
+    """The reader schema's fields and what each holds (`lakehouse.events.avro.kind` of its
+    non-null branch; `union` for a union of several types)."""
+    out = {}
     for name, t in avro.reader_schema.fields.items():
-        (first, *_), _ = branches(t)
-        # Epoch milliseconds: the time form the spec declares for timestamp-millis.
-        c = F.unix_millis(r[name]) if kind(first) == "timestamp-millis" else r[name]
-        fields.append(c.alias(name))
-    v = F.when(r[DECODED_FIELD], F.to_variant_object(F.struct(*fields)))
-    return df.select(*[c for c in df.columns if c != "__record"], v.alias("__v"))
+        bs, _ = branches(t)
+        out[name] = kind(bs[0]) if len(bs) == 1 else "union"
+    return out
+
+
+def decimal_scale(avro: AvroInput, name: str) -> int:
+    """A reader field's decimal scale (0 for an integer)."""
+    (t, *_), _ = branches(avro.reader_schema.fields[name])
+    return int(t.get("scale", 0)) if isinstance(t, dict) else 0
+
+
+def attributes(avro: AvroInput) -> Column:
+    """The record's `attributes` field as JSON text (a string as itself), as the JSON path
+    reads `$.attributes`; null when the reader schema has none."""
+    if "attributes" not in avro.reader_schema.fields:
+        return F.lit(None).cast("string")
+    one = F.to_variant_object(F.struct(F.col("__record")["attributes"].alias("attributes")))
+    return F.try_variant_get(one, "$.attributes", "string")
 
 
 def record_reason(reason: Column, avro: AvroInput) -> Column:
@@ -72,7 +94,7 @@ def record_reason(reason: Column, avro: AvroInput) -> Column:
     reason = reason.when(~F.col("__header_ok"), "invalid_avro")
     if avro.wire_format == "confluent":
         reason = reason.when(~F.col("__schema_id").isin(*avro.schemas), "unknown_schema_id")
-    return reason.when(F.col("__v").isNull(), "invalid_avro")
+    return reason.when(~decoded(), "invalid_avro")
 
 
 def record_detail(detail: Column, reason: Column, avro: AvroInput) -> Column:

@@ -55,6 +55,8 @@ def reasons(shape: EventShape) -> tuple[str, ...]:
 
 
 REASONS = reasons(DEFAULT_SHAPE)  # the default pipeline's (the contract's reason codes)
+# A measure's checks: (numeric_like, too_precise, in_range).
+Checks = dict[str, tuple[Column, Column, Column]]
 
 _EPOCH_MS = r"^[0-9]{1,15}$"
 _EPOCH_S = r"^[0-9]{1,12}(\.[0-9]{1,6})?$"
@@ -181,80 +183,13 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
         F.octet_length("value").alias("value_bytes"),
     )
     too_big = F.col("value_bytes") > F.lit(settings.max_event_bytes)
-    if is_avro:  # decoded into the VARIANT the JSON path parses into (spark_jobs.transforms.avro)
-        df = avro.decode(df, shape.avro, ~too_big)
+    # The fields as read: event_id, __id_type, _<d>_text, _<d>_type, __time_text,
+    # payload_event_time, each measure's value with _<f>_text and _<f>_exact, attributes; and
+    # each measure's (numeric_like, too_precise, in_range).
+    if is_avro:
+        df, checks = _avro_fields(avro.decode(df, shape.avro, ~too_big), shape)
     else:
-        df = df.withColumn("__utf8", F.is_valid_utf8("__text"))
-        # Parse only payloads that are valid UTF-8 and not oversized (CASE WHEN is lazy).
-        df = df.withColumn("__v", F.when(~too_big & F.col("__utf8"), F.try_parse_json("__text")))
-    v = F.col("__v")
-    source = {d.name: d.source for d in shape.dimensions}
-
-    def type_of(at: str) -> Column:
-        return F.schema_of_variant(F.try_variant_get(v, at, "variant"))
-
-    def text_and_type(field: str, alias: str) -> list[Column]:
-        at = _path(shape.path_of(field))
-        return [F.try_variant_get(v, at, "string").alias(f"_{alias}_text"),
-                type_of(at).alias(f"_{alias}_type")]
-
-    def identity(field: str, text_alias: str, type_alias: str) -> list[Column]:
-        """An id's or a dimension's text, and its VARIANT type only where the text could be an
-        object's, an array's or a boolean's (CASE WHEN is lazy: a string or a number's text
-        starting otherwise is neither, and skips the lookup, ~1.8 µs a field a record)."""
-        at = _path(shape.path_of(field))
-        text = F.try_variant_get(v, at, "string")
-        maybe_not_scalar = (text.startswith("{") | text.startswith("[")
-                            | text.isin("true", "false"))
-        return [text.alias(text_alias), F.when(maybe_not_scalar, type_of(at)).alias(type_alias)]
-
-    df = df.select(
-        "*",
-        *identity(shape.event_id, "event_id", "__id_type"),
-        *[c for d in dims for c in identity(source[d], f"_{d}_text", f"_{d}_type")],
-        F.try_variant_get(v, _path(shape.path_of(shape.event_time.field)), "string")
-        .alias("__time_text"),
-        *[c for f in fields for c in text_and_type(f, f)],
-        F.try_variant_get(v, "$.attributes", "string").alias("attributes"),
-        # Valid JSON whose first character is '{' is an object (a decoded Avro record is one).
-        (F.lit(True) if is_avro else F.ltrim("__text").startswith("{")).alias("__is_object"),
-    )
-
-    # Measure fields: exact decimals. Plain notation (VARIANT decimal, integer or numeric
-    # string) is cast from its exact text; exponent notation (VARIANT double) is re-read
-    # exactly by Jackson.
-    types = {f: shape.fields[f] for f in fields}
-    exact = {f: f"decimal(38,{max(18, precision_scale(types[f])[1])})" for f in fields}
-    staged = []
-    for f in fields:
-        text, is_double = F.trim(F.col(f"_{f}_text")), F.col(f"_{f}_type") == "DOUBLE"
-        staged += [
-            F.when(is_double, _exact_reread(shape.path_of(f), exact[f])).alias(f"_{f}_exact"),
-            (text.rlike(_PLAIN_NUMBER) & ~is_double).alias(f"_{f}_plain"),
-            text.rlike(_at_most_decimals(precision_scale(types[f])[1])).alias(f"_{f}_scale"),
-            text.isin("NaN", "Infinity", "-Infinity").alias(f"_{f}_nonfinite"),
-        ]
-    time_text = F.trim(F.col("__time_text"))
-    df = df.select("*", _event_time(time_text, shape.event_time.formats)
-                   .alias("payload_event_time"), *staged)
-    checks: dict[str, tuple[Column, Column, Column]] = {}
-    for f in fields:
-        text, is_double = F.trim(F.col(f"_{f}_text")), F.col(f"_{f}_type") == "DOUBLE"
-        exact_f, plain = F.col(f"_{f}_exact"), F.col(f"_{f}_plain")
-        numeric_like = plain | (is_double & ~F.col(f"_{f}_nonfinite"))
-        too_precise = F.when(plain, ~F.col(f"_{f}_scale")).otherwise(
-            # Same-type comparison: mixed decimal scales would be widened back to the scale.
-            (exact_f.isNotNull() & (exact_f != exact_f.cast(types[f]).cast(exact[f])))
-            # The re-read rounds digits past its scale, so count them in the literal text.
-            | (is_double & _literal_too_precise(F.col("__text"), v, shape.path_of(f),
-                                                 precision_scale(types[f])[1])))
-        df = df.withColumn(
-            f, F.when(plain, text.try_cast(types[f])).otherwise(exact_f.cast(types[f])))
-        value = F.col(f)
-        # The bound may not fit the field's own type (10^16 in decimal(18,2)): at its scale.
-        bound = F.lit(max_abs(types[f])).cast(f"decimal(38,{precision_scale(types[f])[1]})")
-        in_range = value.isNotNull() & (F.abs(value) < bound)
-        checks[f] = (numeric_like, too_precise, in_range)
+        df, checks = _json_fields(df, shape, too_big)
     dimension = {d: _dimension(shape, d) for d in dims}
 
     payload_time = F.col("payload_event_time")
@@ -273,7 +208,7 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
         reason = avro.record_reason(reason, shape.avro)
     else:
         reason = (reason.when(~F.col("__utf8"), "invalid_utf8")
-                  .when(v.isNull(), "invalid_json")
+                  .when(F.col("__v").isNull(), "invalid_json")
                   .when(~F.col("__is_object"), "not_an_object"))
     reason = reason.when(_blank(F.col("event_id")), "missing_event_id")
     for d in dims:
@@ -314,6 +249,143 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     rejected = F.col("reason").isNotNull()
     return df.select(*[F.when(rejected, F.col(c)).alias(c) if c in quarantine_only else c
                        for c in df.columns])
+
+
+def _json_fields(df: DataFrame, shape: EventShape, too_big: Column) -> tuple[DataFrame, Checks]:
+    """A JSON payload's fields, read from its VARIANT (`classify`)."""
+    dims, fields = shape.dimension_names, shape.measure_fields
+    df = df.withColumn("__utf8", F.is_valid_utf8("__text"))
+    # Parse only payloads that are valid UTF-8 and not oversized (CASE WHEN is lazy).
+    df = df.withColumn("__v", F.when(~too_big & F.col("__utf8"), F.try_parse_json("__text")))
+    v = F.col("__v")
+    source = {d.name: d.source for d in shape.dimensions}
+
+    def type_of(at: str) -> Column:
+        return F.schema_of_variant(F.try_variant_get(v, at, "variant"))
+
+    def text_and_type(field: str, alias: str) -> list[Column]:
+        at = _path(shape.path_of(field))
+        return [F.try_variant_get(v, at, "string").alias(f"_{alias}_text"),
+                type_of(at).alias(f"_{alias}_type")]
+
+    def identity(field: str, text_alias: str, type_alias: str) -> list[Column]:
+        """An id's or a dimension's text, and its VARIANT type only where the text could be an
+        object's, an array's or a boolean's (CASE WHEN is lazy: a string or a number's text
+        starting otherwise is neither, and skips the lookup, ~1.8 µs a field a record)."""
+        at = _path(shape.path_of(field))
+        text = F.try_variant_get(v, at, "string")
+        maybe_not_scalar = (text.startswith("{") | text.startswith("[")
+                            | text.isin("true", "false"))
+        return [text.alias(text_alias), F.when(maybe_not_scalar, type_of(at)).alias(type_alias)]
+
+    df = df.select(
+        "*",
+        *identity(shape.event_id, "event_id", "__id_type"),
+        *[c for d in dims for c in identity(source[d], f"_{d}_text", f"_{d}_type")],
+        F.try_variant_get(v, _path(shape.path_of(shape.event_time.field)), "string")
+        .alias("__time_text"),
+        *[c for f in fields for c in text_and_type(f, f)],
+        F.try_variant_get(v, "$.attributes", "string").alias("attributes"),
+        # Valid JSON whose first character is '{' is an object.
+        F.ltrim("__text").startswith("{").alias("__is_object"),
+    )
+    return _text_measures(df, shape, fields, v)
+
+
+def _text_measures(df: DataFrame, shape: EventShape, fields: tuple[str, ...], v: Column | None,
+                   time: bool = True) -> tuple[DataFrame, Checks]:
+    """`payload_event_time` from `__time_text` (unless `time` is False), and the measure `fields`
+    from their `_<f>_text` and `_<f>_type` (`v`: the VARIANT, for a JSON double's exact re-read;
+    None: no doubles)."""
+
+    # Measure fields: exact decimals. Plain notation (VARIANT decimal, integer or numeric
+    # string) is cast from its exact text; exponent notation (VARIANT double) is re-read
+    # exactly by Jackson.
+    types = {f: shape.fields[f] for f in fields}
+    exact = {f: f"decimal(38,{max(18, precision_scale(types[f])[1])})" for f in fields}
+    staged = []
+    for f in fields:
+        text, is_double = F.trim(F.col(f"_{f}_text")), F.col(f"_{f}_type") == "DOUBLE"
+        staged += [
+            F.when(is_double, _exact_reread(shape.path_of(f), exact[f])).alias(f"_{f}_exact"),
+            (text.rlike(_PLAIN_NUMBER) & ~is_double).alias(f"_{f}_plain"),
+            text.rlike(_at_most_decimals(precision_scale(types[f])[1])).alias(f"_{f}_scale"),
+            text.isin("NaN", "Infinity", "-Infinity").alias(f"_{f}_nonfinite"),
+        ]
+    if time:
+        staged.append(_event_time(F.trim(F.col("__time_text")), shape.event_time.formats)
+                      .alias("payload_event_time"))
+    df = df.select("*", *staged)
+    checks: Checks = {}
+    for f in fields:
+        text, is_double = F.trim(F.col(f"_{f}_text")), F.col(f"_{f}_type") == "DOUBLE"
+        exact_f, plain = F.col(f"_{f}_exact"), F.col(f"_{f}_plain")
+        numeric_like = plain | (is_double & ~F.col(f"_{f}_nonfinite"))
+        too_precise = F.when(plain, ~F.col(f"_{f}_scale")).otherwise(
+            # Same-type comparison: mixed decimal scales would be widened back to the scale.
+            (exact_f.isNotNull() & (exact_f != exact_f.cast(types[f]).cast(exact[f])))
+            # The re-read rounds digits past its scale, so count them in the literal text.
+            | (F.lit(False) if v is None else is_double & _literal_too_precise(
+                F.col("__text"), v, shape.path_of(f), precision_scale(types[f])[1])))
+        df = df.withColumn(
+            f, F.when(plain, text.try_cast(types[f])).otherwise(exact_f.cast(types[f])))
+        checks[f] = (numeric_like, too_precise, _in_range(F.col(f), types[f]))
+    return df, checks
+
+
+def _in_range(value: Column, measure_type: str) -> Column:
+    # The bound may not fit the field's own type (10^16 in decimal(18,2)): at its scale.
+    bound = F.lit(max_abs(measure_type)).cast(f"decimal(38,{precision_scale(measure_type)[1]})")
+    return value.isNotNull() & (F.abs(value) < bound)
+
+
+def _avro_fields(df: DataFrame, shape: EventShape) -> tuple[DataFrame, Checks]:
+    """A decoded Avro record's fields (`avro.decode`'s `__record`), read as typed: a decimal or
+    integer measure is checked as a number (no text, no regular expression), a timestamp-millis
+    time is a timestamp; the other kinds (strings, a long's epoch) are read as their text by the
+    JSON path's rules. An Avro field is never an object, an array or a boolean where the spec
+    reads it (`lakehouse.events.avro.check_fields`), so no id or dimension is `invalid_` for it."""
+    dims, fields = shape.dimension_names, shape.measure_fields
+    kinds = avro.field_kinds(shape.avro)
+    r = F.col("__record")
+    source = {d.name: d.source for d in shape.dimensions}
+    time_field = shape.event_time.field
+    time_kind = kinds.get(time_field)
+    time_text = (F.unix_millis(r[time_field]) if time_kind == "timestamp-millis"
+                 else r[time_field]).cast("string")
+    numbers = [f for f in fields if kinds.get(f) in ("decimal", "int", "long")]
+    scalar = F.lit("STRING")  # what the JSON path's type check sees: no object, array, boolean
+    df = df.select(
+        "*",
+        r[shape.event_id].cast("string").alias("event_id"), scalar.alias("__id_type"),
+        *[c for d in dims for c in (r[source[d]].cast("string").alias(f"_{d}_text"),
+                                    scalar.alias(f"_{d}_type"))],
+        time_text.alias("__time_text"),
+        *[c for f in fields for c in (r[f].cast("string").alias(f"_{f}_text"),
+                                      scalar.alias(f"_{f}_type"))],
+        avro.attributes(shape.avro).alias("attributes"),
+    )
+    texts = tuple(f for f in fields if f not in numbers)
+    if time_kind == "timestamp-millis":
+        # As its epoch milliseconds' text would be read: 0 to 15 digits (`_EPOCH_MS`).
+        ms = F.unix_millis(r[time_field])
+        df = df.withColumn("payload_event_time", F.when(
+            ms.between(0, 10**15 - 1) & F.lit("epoch_millis" in shape.event_time.formats),
+            r[time_field]))
+        df, checks = _text_measures(df, shape, texts, None, time=False)
+    else:
+        df, checks = _text_measures(df, shape, texts, None)
+    for f in numbers:
+        t = shape.fields[f]
+        scale, avro_scale = precision_scale(t)[1], avro.decimal_scale(shape.avro, f)
+        value = r[f].try_cast(t)  # null when it overflows t: out of range
+        # More fractional digits than t has: what rounding to t's scale would change.
+        wide = f"decimal(38,{avro_scale})"
+        too_precise = (F.lit(False) if avro_scale <= scale else
+                       r[f].cast(f"decimal(38,{scale})").cast(wide) != r[f].cast(wide))
+        df = df.withColumn(f, value).withColumn(f"_{f}_exact", F.lit(None).cast(t))
+        checks[f] = (F.lit(True), too_precise, _in_range(F.col(f), t))
+    return df, checks
 
 
 def quarantine_columns_only(shape: EventShape) -> tuple[str, ...]:

@@ -132,3 +132,60 @@ def test_generated_avro_records_are_classified_as_their_kinds(spark, settings):
     assert [(r.event_id, r.time, r.dimensions, r.values["amount"]) for r in rows] == [
         (v.event_id, utc(v.event_time), (v.region, v.currency), v.amount) for v in ours]
     assert {v.currency for v in ours} >= {"EUR", "USD"}
+
+
+TYPED = {"type": "record", "name": "Line", "fields": [
+    {"name": "order_id", "type": "string"},
+    {"name": "created_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "region", "type": {"type": "enum", "name": "Region", "symbols": ["eu", "us"]}},
+    {"name": "amount",
+     "type": {"type": "bytes", "logicalType": "decimal", "precision": 24, "scale": 4}},
+    {"name": "qty", "type": "long"},
+    {"name": "fee", "type": "string"},
+]}
+
+
+def test_typed_fields_are_checked_as_their_spec_types(spark, tmp_path):
+    """The decoded struct's typed fields (no VARIANT, no text): a decimal of a larger scale than
+    the spec's is too precise only past it, one too large is out of range, a long measure, an
+    enum dimension, a string measure read as text, a time before 1970 invalid (as its epoch
+    milliseconds' text is)."""
+    spec = parse_spec({
+        "name": "lines", "topic": "lines", "format": "avro",
+        "avro": {"wire_format": "plain", "schema": TYPED},
+        "fields": {"order_id": "string", "created_at": "timestamp", "region": "string",
+                   "amount": "decimal(18,2)", "qty": "decimal(12,0)", "fee": "decimal(10,2)"},
+        "event_id": "order_id", "event_time": {"field": "created_at", "formats": ["epoch_millis"]},
+        "dimensions": ["region"],
+        "measures": [{"field": f, "aggregates": ["sum"]} for f in ("amount", "qty", "fee")],
+    })
+    s = spec.settings(Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path),
+                                         "LAKEHOUSE_START_DATE": "2026-01-01"}), {})
+
+    def line(**fields) -> bytes:
+        return body(TYPED, {"order_id": "l1", "created_at": AT, "region": "eu",
+                            "amount": Decimal("12.3400"), "qty": 3, "fee": "0.50", **fields})
+
+    valid, bad = split(spark, s, [
+        line(),
+        line(region="us", qty=2**35, fee=" 7 ", amount=Decimal("-9999999999999999.9900")),
+        line(amount=Decimal("12.3450")),
+        line(amount=Decimal("10000000000000000")),
+        line(amount=Decimal("12345678901234567890.1234")),
+        line(created_at=datetime(1969, 12, 31, tzinfo=UTC)),
+        line(fee="abc"),
+        line(qty=10**12),
+        line(order_id=" "),
+    ])
+    assert not {o: (r.reason, r.detail) for o, r in bad.items() if o < 2}
+    assert [(v.event_id, v.region, v.amount, v.qty, v.fee, utc(v.event_time))
+            for v in (valid[0], valid[1])] == [
+        ("l1", "eu", Decimal("12.34"), Decimal(3), Decimal("0.50"), AT),
+        ("l1", "us", Decimal("-9999999999999999.99"), Decimal(2**35), Decimal("7.00"), AT)]
+    assert {o: bad[o].reason for o in bad} == {
+        2: "amount_too_precise", 3: "amount_out_of_range", 4: "amount_too_precise",
+        5: "invalid_event_time", 6: "invalid_fee", 7: "qty_out_of_range",
+        8: "missing_event_id"}
+    assert bad[2].detail == ("amount=12.3450 (exact decimal, at most 2 fractional digits, "
+                             "|v| < 10000000000000000)")
+    assert bad[5].detail.startswith("created_at=-86400000 is not epoch milliseconds")
