@@ -4,9 +4,10 @@ The JSON is parsed once into a VARIANT (`try_parse_json`): unlike `from_json` wi
 fields, a VARIANT keeps plain-notation JSON numbers as exact decimals, so `value` never passes
 through a binary float. Numbers in exponent notation arrive in the VARIANT as doubles; for those
 rare rows (and only those: CASE WHEN evaluates lazily) the value is re-read with Jackson's exact
-BigDecimal path (`from_json` into decimal(38,18)). An Avro pipeline's records are decoded into
-that VARIANT by `from_avro` (`spark_jobs.transforms.avro`), and classified from there by the same code.
-A nested field is read at its path (`EventShape.path_of`).
+BigDecimal path (`from_json` into decimal(38,18)). A nested field is read at its path
+(`EventShape.path_of`). An Avro pipeline's records are decoded by `from_avro`
+(`spark_jobs.transforms.avro`) into typed columns, read as typed (`_avro_fields`): the same
+reason codes, with no text or pattern for a field the decoder already typed.
 
 The classification's working columns are its own: the fixed ones start with `__` (`__text`,
 `__id_type`), a field's are `_<name>_<part>` (`_amount_text`); a spec's column names start with
