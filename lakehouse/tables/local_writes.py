@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from lakehouse.config.settings import Settings
 from lakehouse.tables import delta_log
+from lakehouse.tables.stats import flat_actions
 
 
 def append_rows(settings: Settings, name: str, rows: list[dict],
@@ -124,7 +125,7 @@ def partition_rows_of(table, column: str, value: str, at_most: int) -> pa.Table 
     only what its memory is sized for)."""
     import pyarrow.compute as pc
 
-    actions = pa.table(table.get_add_actions(flatten=True))
+    actions = flat_actions(table)
     if actions.num_rows:
         files = actions.filter(pc.equal(actions[f"partition.{column}"], value))
         rows = files["num_records"]

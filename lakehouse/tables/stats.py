@@ -25,22 +25,22 @@ class LogStats:
     max: dict[str, object] = field(default_factory=dict)
 
 
-def _flat_actions(table) -> pa.Table:
+def flat_actions(table) -> pa.Table:
     """A snapshot's add actions, flattened (`num_records`, `min.<col>`, `max.<col>`,
     `null_count.<col>`, `partition.<col>`)."""
     return pa.table(table.get_add_actions(flatten=True))
 
 
 def add_actions(settings: Settings, name: str) -> pa.Table | None:
-    """The current snapshot's add actions (`_flat_actions`), or None when the table does not
+    """The current snapshot's add actions (`flat_actions`), or None when the table does not
     exist yet."""
     table = open_table(settings, name)
-    return None if table is None else _flat_actions(table)
+    return None if table is None else flat_actions(table)
 
 
 def log_stats(settings: Settings, name: str, max_of: tuple[str, ...] = ()) -> LogStats:
     table = open_table(settings, name)
-    actions = None if table is None else _flat_actions(table)
+    actions = None if table is None else flat_actions(table)
     if actions is None or actions.num_rows == 0:
         return LogStats(0, 0, dict.fromkeys(max_of))
     rows = _complete(actions, "num_records", pc.sum)
@@ -128,7 +128,7 @@ def partition_rows(settings: Settings, name: str, column: str, value: date,
         return 0
     if "deletionVectors" in (table.protocol().reader_features or []):
         return None
-    actions = _flat_actions(table)
+    actions = flat_actions(table)
     if actions.num_rows == 0:
         return 0
     if f"partition.{column}" not in actions.column_names:  # not partitioned by it

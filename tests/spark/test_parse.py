@@ -117,6 +117,9 @@ BAD_CASES = [
     (ev(event_id=True), "invalid_event_id"),
     (ev(key=["merchant-1"]), "invalid_key"),
     (ev(key=False), "invalid_key"),
+    # 41 fractional digits, no exponent: a double in the VARIANT (0.1 as text), too precise.
+    (b'{"event_id":"e","key":"k","event_time":1795168846100,'
+     b'"value":0.10000000000000000000000000000000000000001}', "value_too_precise"),
 ]
 
 

@@ -196,6 +196,12 @@ def test_replacing_the_open_partitions_lands_every_row_in_one_tagged_commit(tmp_
     assert partition_rows_of(opened, "status", "open", at_most=2).num_rows == 2
     # More rows there than the caller's bound (the log's statistics tell): nothing read.
     assert partition_rows_of(opened, "status", "open", at_most=1) is None
+    # An empty table's open rows (none) fit any bound but a negative one (a batch's records
+    # alone past the driver's bound).
+    write_deltalake(str(tmp_path / "empty"), table(), partition_by=["event_date", "status"])
+    empty = delta_log.open_table(settings, "empty")
+    assert partition_rows_of(empty, "status", "open", at_most=0).num_rows == 0
+    assert partition_rows_of(empty, "status", "open", at_most=-1) is None
     # w1 closes (its row goes to the final partition), w2 gets 3 more, a new open window.
     replace_partitions(settings, opened, "status", "open", table(
         (D1, "final", w1, 1, stamp), (D2, "open", w2, 5, stamp),
