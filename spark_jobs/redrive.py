@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
@@ -53,18 +52,19 @@ from lakehouse.tables.generations import require_applied
 from lakehouse.tables.locks import CheckpointBusy, Fence, checkpoint_lock, date_lock
 from lakehouse.tables.stats import all_null
 from spark_jobs.tables import (
+    USER_METADATA,
     add_missing_columns,
     ensure_tables,
     merge_into,
     missing_columns,
     read_table,
     retry_on_conflict,
+    session_conf,
     sql_string,
 )
 from spark_jobs.transforms.ingest import late_projection
 from spark_jobs.transforms.parse import classify, valid_columns
 
-USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 KEY = ["topic", "partition", "offset"]
 
 
@@ -105,15 +105,6 @@ class RedriveResult:
                 "beyond_position": self.beyond_position,
                 "event_dates": [d.isoformat() for d in self.event_dates],
                 "per_reason": self.per_reason(), "columns_added": self.columns_added}
-
-
-@contextmanager
-def _tagged(spark: SparkSession, metadata: str):
-    spark.conf.set(USER_METADATA, metadata)
-    try:
-        yield
-    finally:
-        spark.conf.unset(USER_METADATA)
 
 
 def _append(df: DataFrame, settings: Settings, table: str, metadata: str) -> None:
@@ -235,7 +226,7 @@ def _mark(spark: SparkSession, settings: Settings, d: date, landed: DataFrame, r
     MERGE (a MERGE that changes no row commits nothing)."""
     fence.check()
     landed = landed.select(*KEY, F.lit(datetime.now(UTC)).alias("_at"))
-    with _tagged(spark, tag):
+    with session_conf(spark, USER_METADATA, tag):
         merge_into(
             spark, settings.table_path(QUARANTINE.name), landed,
             f"t.quarantine_date = DATE'{d.isoformat()}' AND t.topic = s.topic "

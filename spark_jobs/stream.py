@@ -33,6 +33,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Collection
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
@@ -70,6 +71,7 @@ from spark_jobs.tables import (
     migrate_layout,
     read_changes,
     read_table,
+    session_conf,
 )
 from spark_jobs.transforms.avro import schema_id
 from spark_jobs.transforms.ingest import counted_events, fold_into_open, late_projection, next_watermark_ms
@@ -336,14 +338,11 @@ def publish_windows(spark: SparkSession, settings: Settings, deltas: DataFrame |
     published = fold_into_open(open_rows, deltas, settings.shape, commit, batch_id)
     # The rows that closed go to their final partitions in the same commit: the overwrite's
     # check that every written row matches the condition is off for this write.
-    spark.conf.set(REPLACE_WHERE_CHECK, "false")
-    try:
+    with session_conf(spark, REPLACE_WHERE_CHECK, "false"):
         (published.write.format("delta").mode("overwrite")
          .option("replaceWhere", f"status = '{OPEN}'")
          .option("userMetadata", tag)
          .save(settings.table_path(STREAMING.name)))
-    finally:
-        spark.conf.unset(REPLACE_WHERE_CHECK)
 
 
 def _bronze_above(spark: SparkSession, settings: Settings, version: int,
@@ -473,13 +472,9 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                 # Last of the appends: its commit says the batch's appends are all done. A batch
                 # of only quarantined records still stamps its position: an empty commit.
                 empty = not (facts.late or facts.on_time)
-                if empty:
-                    spark.conf.set(SKIP_EMPTY_COMMITS, "false")
-                try:
+                with (session_conf(spark, SKIP_EMPTY_COMMITS, "false") if empty
+                      else nullcontext()):
                     _append(valid.select("*", *stamp), settings, BRONZE.name, commit.metadata())
-                finally:
-                    if empty:
-                        spark.conf.unset(SKIP_EMPTY_COMMITS)
                 commit = stream_commit_of(settings, app, batch_id, plan.bronze_version)
                 if commit is None:
                     raise RuntimeError(f"bronze commit of ingest batch {batch_id} not found "

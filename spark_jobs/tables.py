@@ -214,11 +214,20 @@ def read_changes(spark: SparkSession, settings: Settings, table: Table, first: i
     )
 
 
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
 @contextmanager
-def tagged_commits(spark: SparkSession, detail: str):
-    key = "spark.databricks.delta.commitInfo.userMetadata"
-    spark.conf.set(key, f"{PIPELINE_TAG}:{detail}")
+def session_conf(spark: SparkSession, key: str, value: str):
+    """`key` set to `value` in the session for the block's writes (Delta has no per-write option
+    for it), unset after."""
+    spark.conf.set(key, value)
     try:
         yield
     finally:
         spark.conf.unset(key)
+
+
+def tagged_commits(spark: SparkSession, detail: str):
+    """The block's Delta commits carry `<PIPELINE_TAG>:<detail>` as their userMetadata."""
+    return session_conf(spark, USER_METADATA, f"{PIPELINE_TAG}:{detail}")

@@ -290,14 +290,18 @@ def _json_fields(df: DataFrame, shape: EventShape, too_big: Column) -> tuple[Dat
         # Valid JSON whose first character is '{' is an object.
         F.ltrim("__text").startswith("{").alias("__is_object"),
     )
-    return _text_measures(df, shape, fields, v)
+    return _text_measures(df, shape, fields, v, _text_time(shape))
+
+
+def _text_time(shape: EventShape) -> Column:
+    """`payload_event_time` from `__time_text`, in the declared forms."""
+    return _event_time(F.trim(F.col("__time_text")), shape.event_time.formats)
 
 
 def _text_measures(df: DataFrame, shape: EventShape, fields: tuple[str, ...], v: Column | None,
-                   time: bool = True) -> tuple[DataFrame, Checks]:
-    """`payload_event_time` from `__time_text` (unless `time` is False), and the measure `fields`
-    from their `_<f>_text` and `_<f>_type` (`v`: the VARIANT, for a JSON double's exact re-read;
-    None: no doubles)."""
+                   time: Column) -> tuple[DataFrame, Checks]:
+    """`payload_event_time` (`time`), and the measure `fields` from their `_<f>_text` and
+    `_<f>_type` (`v`: the VARIANT, for a JSON double's exact re-read; None: no doubles)."""
 
     # Measure fields: exact decimals. Plain notation (VARIANT decimal, integer or numeric
     # string) is cast from its exact text; exponent notation (VARIANT double) is re-read
@@ -313,10 +317,7 @@ def _text_measures(df: DataFrame, shape: EventShape, fields: tuple[str, ...], v:
             text.rlike(_at_most_decimals(precision_scale(types[f])[1])).alias(f"_{f}_scale"),
             text.isin("NaN", "Infinity", "-Infinity").alias(f"_{f}_nonfinite"),
         ]
-    if time:
-        staged.append(_event_time(F.trim(F.col("__time_text")), shape.event_time.formats)
-                      .alias("payload_event_time"))
-    df = df.select("*", *staged)
+    df = df.select("*", time.alias("payload_event_time"), *staged)
     checks: Checks = {}
     for f in fields:
         text, is_double = F.trim(F.col(f"_{f}_text")), F.col(f"_{f}_type") == "DOUBLE"
@@ -367,15 +368,14 @@ def _avro_fields(df: DataFrame, shape: EventShape) -> tuple[DataFrame, Checks]:
         avro.attributes(shape.avro).alias("attributes"),
     )
     texts = tuple(f for f in fields if f not in numbers)
+    # A timestamp-millis time as its epoch milliseconds' text would be read: 0 to 15 digits
+    # (`_EPOCH_MS`); any other kind by its text.
+    time = _text_time(shape)
     if time_kind == "timestamp-millis":
-        # As its epoch milliseconds' text would be read: 0 to 15 digits (`_EPOCH_MS`).
-        ms = F.unix_millis(r[time_field])
-        df = df.withColumn("payload_event_time", F.when(
-            ms.between(0, 10**15 - 1) & F.lit("epoch_millis" in shape.event_time.formats),
-            r[time_field]))
-        df, checks = _text_measures(df, shape, texts, None, time=False)
-    else:
-        df, checks = _text_measures(df, shape, texts, None)
+        in_form = (F.unix_millis(r[time_field]).between(0, 10**15 - 1)
+                   & F.lit("epoch_millis" in shape.event_time.formats))
+        time = F.when(in_form, r[time_field])
+    df, checks = _text_measures(df, shape, texts, None, time)
     for f in numbers:
         t = shape.fields[f]
         scale, avro_scale = precision_scale(t)[1], avro.decimal_scale(shape.avro, f)
