@@ -24,8 +24,8 @@ BENCH_KNEE_RATES (default "5000,10000,15000,20000,30000,40000"), each system sti
 BENCH_KNEE_SECONDS (180) at the rate (after BENCH_KNEE_WARMUP, default 0, s at the rate; the
 first third of the run is left out of the trend anyway), its consumer lag sampled every
 BENCH_KNEE_EVERY (5) s: the topic's end offsets minus the system's processed position (the
-service: its newest batch's end offsets in `stream_progress`, as `topic_status` reads them; a
-peer: the end offsets of its newest committed batch in its checkpoint's offsets folder).
+service: the end offsets stamped on bronze's newest stream commit, as `topic_status` reads them;
+a peer: the end offsets of its newest committed batch in its checkpoint's offsets folder).
 "Flat": the lag's least-squares slope over the last two thirds of the run is below
 BENCH_KNEE_FLAT (0.01) x the rate per second. A system's knee: the highest rate of the sweep
 below its first rate that is not flat (the sweep of that system stops there).

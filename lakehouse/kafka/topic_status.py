@@ -1,20 +1,17 @@
 """What the topic looks like to the pipeline, without Spark: offsets per partition from the
-broker, the ingest query's processed offsets from its own progress (`stream_progress`: Spark's
-Kafka source commits no consumer-group offsets), the lag between them, the recent append rate
-and the retention. Cheap enough for a sensor that ticks every minute."""
+broker, the stream's processed offsets from bronze's newest stream commit (Spark's Kafka source
+commits no consumer-group offsets; each batch stamps its end offsets there), the lag between
+them, the recent append rate and the retention. Cheap enough for a sensor that ticks every minute."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-
-import pyarrow as pa
 
 from lakehouse.config.settings import Settings
 from lakehouse.kafka.admin import admin, consumer_lag, offsets_for_time, topic_offsets
 from lakehouse.kafka.topic_checks import retention_shortfall
-from lakehouse.tables.delta_log import open_table
+from lakehouse.tables.commit_tags import newest_stream_commit
 
 RATE_WINDOW = timedelta(minutes=1)
 
@@ -39,27 +36,14 @@ class TopicStatus:
 
 
 def processed_offsets(settings: Settings) -> tuple[dict[int, int], datetime | None]:
-    """End offsets of the stream's newest recorded batch (empty before the first)."""
-    table = open_table(settings, "stream_progress")
-    if table is None:
+    """End offsets of the stream's newest batch and when it committed (empty before the first):
+    the position stamped on bronze's newest stream commit, the committed state a restart
+    resumes from, current to the batch. (`stream_progress` rows are written at most every
+    `PROGRESS_EVERY_S`: a lag read from them runs up to that many seconds of the rate high.)"""
+    commit = newest_stream_commit(settings)
+    if commit is None:
         return {}, None
-    # Newest progress_date partition first: a tick reads one day of progress, not the history.
-    days = pa.table(table.get_add_actions(flatten=True)).column("partition.progress_date")
-    rows = []
-    for day in sorted({v for v in days.to_pylist() if v is not None}, reverse=True):
-        rows = [r for r in table.to_pyarrow_table(
-            columns=["query", "batch_id", "batch_timestamp", "end_offsets"],
-            filters=[("progress_date", "=", day)]).to_pylist()
-            if r["query"] in ("ingest", "bronze") and r["end_offsets"]]
-        if rows:
-            break
-    if not rows:
-        return {}, None
-    newest = max(rows, key=lambda r: r["batch_id"])
-    ends = json.loads(newest["end_offsets"]) or {}
-    offsets = {int(p): int(o) for p, o in (ends.get(settings.events_topic) or {}).items()}
-    at = newest["batch_timestamp"]
-    return offsets, at.replace(tzinfo=UTC) if at and at.tzinfo is None else at
+    return dict(commit.end_offsets), commit.committed_at
 
 
 def retention_ms(settings: Settings) -> int | None:

@@ -1,32 +1,31 @@
-"""The bronze query's processed offsets, read from `stream_progress` with delta-rs: the newest
-progress day that has a bronze batch, not the whole history."""
+"""The stream's processed offsets are the end offsets stamped on bronze's newest stream commit:
+current to the newest batch (not the every-30-s `stream_progress` rows), a commit made outside
+the stream (maintenance) moving nothing."""
 
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
-from deltalake import write_deltalake
+from deltalake import CommitProperties, write_deltalake
 
 from lakehouse.config.settings import Settings
 from lakehouse.kafka.topic_status import processed_offsets
+from lakehouse.tables.commit_tags import StreamCommit
 
 
-def progress(settings, day, query, batch, ends):
-    write_deltalake(settings.table_path("stream_progress"), pa.table({
-        "query": [query], "batch_id": pa.array([batch], pa.int64()),
-        "batch_timestamp": pa.array([datetime(2026, 11, day, 8, tzinfo=UTC)],
-                                    pa.timestamp("us", tz="UTC")),
-        "end_offsets": [ends], "progress_date": pa.array([date(2026, 11, day)], pa.date32()),
-    }), partition_by=["progress_date"], mode="append")
+def commit(settings, meta: str) -> None:
+    uri, options = settings.delta_rs("bronze_events")
+    write_deltalake(uri, pa.table({"x": [1]}), mode="append", storage_options=options,
+                    commit_properties=CommitProperties(custom_metadata={"userMetadata": meta}))
 
 
-def test_newest_bronze_batch_wins_even_when_the_newest_day_has_none(tmp_path, monkeypatch):
+def test_the_newest_stamped_batch_is_the_position(tmp_path, monkeypatch):
     monkeypatch.setenv("LAKEHOUSE_ROOT", str(tmp_path))
     settings = Settings.from_env()
-    assert processed_offsets(settings) == ({}, None)  # no table yet
-    topic = settings.events_topic
-    progress(settings, 20, "bronze", 1, f'{{"{topic}": {{"0": 5, "1": 7}}}}')
-    progress(settings, 21, "bronze", 2, f'{{"{topic}": {{"0": 9, "1": 7}}}}')
-    progress(settings, 22, "aggregates", 3, '{"logOffset": 4}')
+    assert processed_offsets(settings) == ({}, None)  # no bronze yet
+    before = datetime.now(UTC) - timedelta(seconds=1)
+    for batch, ends in enumerate(({0: 5, 1: 7}, {0: 9, 1: 7})):
+        commit(settings, StreamCommit(-1, ends, query="q", batch_id=batch).metadata())
+    commit(settings, "maintenance")
     offsets, at = processed_offsets(settings)
     assert offsets == {0: 9, 1: 7}
-    assert at == datetime(2026, 11, 21, 8, tzinfo=UTC)
+    assert at is not None and before <= at <= datetime.now(UTC)
