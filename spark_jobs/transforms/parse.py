@@ -115,8 +115,9 @@ def _split(classified: DataFrame, settings: Settings) -> tuple[DataFrame, DataFr
 
 
 def _path(path: str) -> str:
-    """The VARIANT path of a field's (dotted) path in the event."""
-    return "$" + "".join(f"['{p}']" if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", p) else f".{p}"
+    """The VARIANT path of a field's (dotted) path in the event (the first element of the
+    parsed `[<payload>,0]`: `_json_fields`)."""
+    return "$[0]" + "".join(f"['{p}']" if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", p) else f".{p}"
                          for p in path.split("."))
 
 
@@ -256,8 +257,16 @@ def _json_fields(df: DataFrame, shape: EventShape, too_big: Column) -> tuple[Dat
     """A JSON payload's fields, read from its VARIANT (`classify`)."""
     dims, fields = shape.dimension_names, shape.measure_fields
     df = df.withColumn("__utf8", F.is_valid_utf8("__text"))
-    # Parse only payloads that are valid UTF-8 and not oversized (CASE WHEN is lazy).
-    df = df.withColumn("__v", F.when(~too_big & F.col("__utf8"), F.try_parse_json("__text")))
+    # Parse only payloads that are valid UTF-8 and not oversized (CASE WHEN is lazy). Spark's
+    # parser reads the first JSON value and ignores what follows it, so the payload is parsed as
+    # the first element of `[<payload>,0]`: text after the value ("{..} x", two events "{..}{..}")
+    # breaks the array, and "{..},{..}" gives it a third element. `__v` is that array (the event
+    # at `$[0]`, `_path`), null unless it is exactly [event, 0].
+    df = df.withColumn("__w", F.when(~too_big & F.col("__utf8"), F.try_parse_json(
+        F.concat(F.lit("["), F.col("__text"), F.lit(",0]")))))
+    w = F.col("__w")
+    df = df.withColumn("__v", F.when((F.try_variant_get(w, "$[1]", "int") == 0)
+                                     & F.try_variant_get(w, "$[2]", "variant").isNull(), w))
     v = F.col("__v")
     source = {d.name: d.source for d in shape.dimensions}
 
@@ -286,7 +295,7 @@ def _json_fields(df: DataFrame, shape: EventShape, too_big: Column) -> tuple[Dat
         F.try_variant_get(v, _path(shape.path_of(shape.event_time.field)), "string")
         .alias("__time_text"),
         *[c for f in fields for c in text_and_type(f, f)],
-        F.try_variant_get(v, "$.attributes", "string").alias("attributes"),
+        F.try_variant_get(v, _path("attributes"), "string").alias("attributes"),
         # Valid JSON whose first character is '{' is an object.
         F.ltrim("__text").startswith("{").alias("__is_object"),
     )
@@ -439,6 +448,10 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
                        F.lit(f" is {'neither ' if ' nor ' in forms else 'not '}{forms}")))
         .when(reason == "invalid_event_id",
               _not_a_string(shape.path_of(shape.event_id), "__id_type"))
+        # Parsed alone, the payload is JSON: it is one value followed by more text.
+        .when((reason == "invalid_json")
+              & F.try_parse_json(F.col("__raw_value").cast("string")).isNotNull(),
+              F.lit("more text after the JSON value (two events in one record?)"))
     )
     nested = shape.paths
     for name, source in [(d.name, d.source) for d in shape.dimensions] + [

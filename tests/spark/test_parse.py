@@ -120,6 +120,13 @@ BAD_CASES = [
     # 41 fractional digits, no exponent: a double in the VARIANT (0.1 as text), too precise.
     (b'{"event_id":"e","key":"k","event_time":1795168846100,'
      b'"value":0.10000000000000000000000000000000000000001}', "value_too_precise"),
+    # Text after the object: Spark's parser alone would read the first event and drop the rest.
+    (ev() + ev(event_id="e2"), "invalid_json"),
+    (ev() + b" garbage", "invalid_json"),
+    (ev() + b", " + ev(event_id="e2"), "invalid_json"),
+    (ev() + b",0", "invalid_json"),
+    (ev() + b",0,null", "invalid_json"),
+    (ev() + b"]", "invalid_json"),
 ]
 
 
@@ -138,6 +145,8 @@ def test_every_malformed_record_is_quarantined_with_its_reason(spark):
     assert "0.1234567" in bad[25].detail
     assert bad[26].detail.startswith("value=1.0000000000000001")
     assert bad[5].quarantine_date.isoformat() == "2026-11-21"
+    assert bad[42].detail.startswith("more text after the JSON value")
+    assert bad[4].detail is None  # not JSON at all: no such claim
     assert "LAKEHOUSE_START_DATE=2025-01-01" in bad[34].detail
     assert bad[36].detail == "event_id is a JSON object, not a string"
     assert bad[39].detail == "key is a JSON array, not a string"
