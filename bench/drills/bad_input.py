@@ -2,8 +2,8 @@
 every kind the generator makes (`testkit.generator.MALFORMED_KINDS`) and more: the other
 reason codes (missing key, missing event time, value out of range, empty payload and
 tombstone), giant payloads (> MAX_EVENT_BYTES), binary garbage, JSON nested 10,000 deep (alone,
-and under `attributes` of an otherwise valid event) and wrong types (value and event_time as
-objects, arrays, booleans, null).
+and under `attributes` of an otherwise valid event), two events in one record, text after the
+event, and wrong types (value and event_time as objects, arrays, booleans, null).
 
 The expected reason of each record comes from the contract (docs/design.md §3), not from the parser.
 Verified, per record, by the (partition, offset) the broker acknowledged: every bad record is
@@ -48,6 +48,8 @@ EXTRA_KINDS: dict[str, tuple[str | None, float]] = {
     "binary": ("invalid_utf8", 1),
     "nested_10k": ("invalid_json", 0.2),  # valid JSON nested beyond any parser's depth limit
     "nested_10k_in_attributes": ("invalid_json", 0.2),
+    "two_events": ("invalid_json", 0.5),  # two objects in one record: never the first alone
+    "trailing_text": ("invalid_json", 0.5),
     "value_object": ("invalid_value", 1),
     "value_array": ("invalid_value", 1),
     "value_bool": ("invalid_value", 1),
@@ -97,6 +99,10 @@ def bad_value(kind: str, t: datetime, rnd: random.Random, i: int, max_bytes: int
         return b"[" * 10_000 + b"]" * 10_000
     elif kind == "nested_10k_in_attributes":
         return enc(base)[:-1] + b',"attributes":' + b"[" * 10_000 + b"]" * 10_000 + b"}"
+    elif kind == "two_events":
+        return enc(base) + enc({**base, "event_id": f"bad-{i}-2"})
+    elif kind == "trailing_text":
+        return enc(base) + b" trailing"
     elif kind == "value_object":
         base["value"] = {"amount": 1}
     elif kind == "value_array":
