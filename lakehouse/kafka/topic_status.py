@@ -38,8 +38,8 @@ class TopicStatus:
 def processed_offsets(settings: Settings) -> tuple[dict[int, int], datetime | None]:
     """End offsets of the stream's newest batch and when it committed (empty before the first):
     the position stamped on bronze's newest stream commit, the committed state a restart
-    resumes from, current to the batch. (`stream_progress` rows are written at most every
-    `PROGRESS_EVERY_S`: a lag read from them runs up to that many seconds of the rate high.)"""
+    resumes from, current to the batch. (The service writes `stream_progress` rows at most
+    every 30 s: a lag read from them ran up to 30 s of the rate high.)"""
     commit = newest_stream_commit(settings)
     if commit is None:
         return {}, None
