@@ -296,8 +296,8 @@ def _json_fields(df: DataFrame, shape: EventShape, too_big: Column) -> tuple[Dat
         .alias("__time_text"),
         *[c for f in fields for c in text_and_type(f, f)],
         F.try_variant_get(v, _path("attributes"), "string").alias("attributes"),
-        # Valid JSON whose first character is '{' is an object.
-        F.ltrim("__text").startswith("{").alias("__is_object"),
+        # Valid JSON whose first character past JSON's whitespace is '{' is an object.
+        F.ltrim("__text", F.lit(" \t\n\r")).startswith("{").alias("__is_object"),
     )
     return _text_measures(df, shape, fields, v, _text_time(shape))
 

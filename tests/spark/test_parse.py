@@ -49,6 +49,8 @@ VALID_CASES = [
     (b'{"event_id":"e1","key":"k1","event_time":1795168846100,"value":12.5E-5}',
      Decimal("0.000125"), None),
     (ev(event_time="2025-01-01T00:00:00Z"), None, datetime(2025, 1, 1, tzinfo=UTC)),  # the first instant
+    # JSON's whitespace around the object (a line-delimited producer's newline, a tab).
+    (b"\n\t " + ev() + b"\r\n", Decimal("1.000000"), None),
 ]
 
 
