@@ -9,6 +9,8 @@ the first (JIT warm-up). Written to bench/results/step-ab-<experiment>-<timestam
     python -m bench.step_ab windows     # dedup + windows: the fingerprint as two long sums vs a
                                         # decimal per row; dedup's share
     python -m bench.step_ab classify    # the first job: classify + cache + counts, and its parts
+    python -m bench.step_ab plan        # building the classification's expressions (wall time
+                                        # too: mostly the Python driver and py4j, not the JVM)
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -168,7 +171,25 @@ def _classify(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[
     }
 
 
-EXPERIMENTS = {"bronze": _bronze, "windows": _windows, "classify": _classify}
+def _plan(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[], Callable]]:
+    """A run's `classify` on a new DataFrame (what a catch-up, replay or redrive calls once):
+    its expressions built anew against the process's built ones applied."""
+    import spark_jobs.transforms.parse as P
+
+    raw = valid.sparkSession.table("step_ab_raw")
+
+    def anew():
+        P._BUILT.clear()
+        return lambda: P.classify(raw, settings).schema
+
+    def reused():
+        return lambda: P.classify(raw, settings).schema
+
+    return {"classify's expressions built anew": anew,
+            "classify's built expressions applied": reused}
+
+
+EXPERIMENTS = {"bronze": _bronze, "windows": _windows, "classify": _classify, "plan": _plan}
 
 
 def main() -> int:
@@ -202,18 +223,25 @@ def main() -> int:
         return (int(fields[11]) + int(fields[12])) / tick
 
     seconds: dict[str, list[float]] = {k: [] for k in variants}
+    walls: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(rounds):
         for name, make in variants.items():
             run = make()
-            t0 = cpu_s()
+            t0, w0 = cpu_s(), time.perf_counter()
             run()
             seconds[name].append(round(cpu_s() - t0, 3))
+            walls[name].append(round(time.perf_counter() - w0, 3))
+
+    def median(values: list[float]) -> float:
+        return statistics.median(values[1:] if len(values) > 2 else values)
+
     steps = {}
     for name, values in seconds.items():
-        median = statistics.median(values[1:] if len(values) > 2 else values)
-        steps[name] = {"cpu_s_median": round(median, 3),
-                       "cpu_us_per_record": round(median / n * 1e6, 2), "cpu_s": values}
-        print(f"{name:55s} {steps[name]['cpu_us_per_record']:6.2f} µs CPU a record")
+        steps[name] = {"cpu_s_median": round(median(values), 3),
+                       "cpu_us_per_record": round(median(values) / n * 1e6, 2), "cpu_s": values,
+                       "wall_s_median": round(median(walls[name]), 3), "wall_s": walls[name]}
+        print(f"{name:55s} {steps[name]['cpu_us_per_record']:6.2f} µs CPU a record, "
+              f"{steps[name]['wall_s_median']:.3f} s wall")
     write_result(f"step-ab-{experiment}", {
         "date": datetime.now(UTC).isoformat(timespec="seconds"), "events": n, "rounds": rounds,
         "load_avg": os.getloadavg(), "valid_events": valid.count(), "steps": steps})

@@ -15,11 +15,12 @@ Avro binary has no length: bytes left after a record that decodes are not detect
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
 from lakehouse.events.avro import DECODED_FIELD, AvroInput, branches, kind
+from spark_jobs.transforms.projections import Projections
 
 HEADER_BYTES = 5  # Confluent: magic byte 0, then the schema id (4 bytes, big-endian)
 
@@ -33,7 +34,7 @@ def _has_header(value: Column) -> Column:
     return (F.octet_length(value) >= HEADER_BYTES) & (F.hex(F.substring(value, 1, 1)) == "00")
 
 
-def decode(df: DataFrame, avro: AvroInput, attempt: Column) -> DataFrame:
+def decode(df: Projections, avro: AvroInput, attempt: Column) -> Projections:
     """`df` (with `__raw_value`) plus `__header_ok`, `__schema_id` and `__record` (the reader
     schema's struct; null, or all fields null, when it was not decoded: not attempted, no header,
     unknown id, bytes that do not decode: `decoded`). `attempt`: which rows to decode at all
@@ -49,14 +50,14 @@ def decode(df: DataFrame, avro: AvroInput, attempt: Column) -> DataFrame:
     else:
         (only,) = avro.schemas
         header_ok, sid_col, body = F.lit(True), F.lit(only).cast("long"), value
-    df = df.select("*", header_ok.alias("__header_ok"), sid_col.alias("__schema_id"))
+    df = df.add(header_ok.alias("__header_ok"), sid_col.alias("__schema_id"))
     options = {"mode": "PERMISSIVE", "avroSchema": avro.reader_json()}
     record = None
     for sid, writer in sorted(avro.schemas.items()):
         decoded = from_avro(body, writer.text, options)
         condition = attempt & F.col("__header_ok") & (F.col("__schema_id") == sid)
         record = (F.when if record is None else record.when)(condition, decoded)
-    return df.select("*", record.alias("__record"))
+    return df.add(record.alias("__record"))
 
 
 def decoded() -> Column:

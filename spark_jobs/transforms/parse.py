@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import date, timedelta
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -29,6 +30,7 @@ from pyspark.sql import functions as F
 from lakehouse.config.settings import Settings, spark_interval
 from lakehouse.events.shape import DEFAULT_SHAPE, EventShape, bound_exponent, precision_scale
 from spark_jobs.transforms import avro
+from spark_jobs.transforms.projections import Projections
 
 
 def record_reasons(shape: EventShape) -> tuple[str, ...]:
@@ -165,15 +167,38 @@ def _dimension(shape: EventShape, name: str) -> tuple[Column, Column, Column]:
     return value, missing, not_scalar | value.isNull()
 
 
+# The classifications built in this process, by what they are built from (`classify`): a few
+# specs' worth (an edited spec's previous one goes first).
+_BUILT: dict[tuple, Projections] = {}
+_KEEP_BUILT = 8
+
+
 def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     """valid_columns(shape) plus `reason` (null for a valid event) and what the quarantine
-    needs. The event's fields are read as the pipeline's shape declares them."""
-    shape = settings.shape
+    needs. The event's fields are read as the pipeline's shape declares them.
+
+    The expressions are built once per process for each spec and its limits (`Projections`:
+    building them is ~0.7-1 s of driver time a run), for classic Spark and Spark Connect apart
+    (their columns do not mix)."""
+    inputs = (settings.shape, settings.max_event_bytes, settings.future_skew,
+              settings.timestamp_policy, settings.partitions_start_date)
+    key = (type(raw).__module__, settings.shape.model_dump_json(), *inputs[1:])
+    built = _BUILT.get(key)
+    if built is None:
+        built = _BUILT[key] = _classification(*inputs)
+        while len(_BUILT) > _KEEP_BUILT:
+            del _BUILT[next(iter(_BUILT))]
+    return built.apply(raw)
+
+
+def _classification(shape: EventShape, max_event_bytes: int, future_skew: timedelta,
+                    timestamp_policy: str, start_date: date) -> Projections:
+    """`classify`'s projections, built from exactly what they depend on."""
     dims, fields = shape.dimension_names, shape.measure_fields
     # Staged selects: each expensive expression is computed once and referenced by name
     # (Spark does not collapse projections that would duplicate non-cheap expressions).
     is_avro = shape.format == "avro"
-    df = raw.select(
+    df = Projections().select(
         F.col("key").alias("__raw_key"),
         F.col("value").alias("__raw_value"),
         # The JSON text (Avro: none; its fields are never JSON doubles to re-read).
@@ -184,7 +209,7 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
         F.col("timestamp").alias("kafka_timestamp"),
         F.octet_length("value").alias("value_bytes"),
     )
-    too_big = F.col("value_bytes") > F.lit(settings.max_event_bytes)
+    too_big = F.col("value_bytes") > F.lit(max_event_bytes)
     # The fields as read: event_id, __id_type, _<d>_text, _<d>_type, __time_text,
     # payload_event_time, each measure's value with _<f>_text and _<f>_exact, attributes; and
     # each measure's (numeric_like, too_precise, in_range).
@@ -195,13 +220,13 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     dimension = {d: _dimension(shape, d) for d in dims}
 
     payload_time = F.col("payload_event_time")
-    skew_s = int(settings.future_skew.total_seconds())
+    skew_s = int(future_skew.total_seconds())
     in_future = payload_time > F.col("kafka_timestamp") + F.expr(f"INTERVAL {skew_s} SECONDS")
     counted_time = (
-        F.col("kafka_timestamp") if settings.timestamp_policy == "kafka_timestamp" else payload_time
+        F.col("kafka_timestamp") if timestamp_policy == "kafka_timestamp" else payload_time
     )
     # e.g. epoch seconds sent as milliseconds (January 1970): no partition would ever hold it.
-    before_start = counted_time < F.lit(settings.partitions_start_date).cast("timestamp")
+    before_start = counted_time < F.lit(start_date).cast("timestamp")
 
     reason = (
         F.when(too_big, "payload_too_large")
@@ -233,40 +258,43 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
 
     event_time = counted_time
     quarantine_only = quarantine_columns_only(shape)
-    df = df.select(
-        "event_id",
-        *[dimension[d][0].alias(d) for d in dims],
-        event_time.alias("event_time"),
-        "payload_event_time",
-        *fields,
-        "attributes",
-        F.col("__raw_key").cast("string").alias("record_key"),
-        "topic", "partition", "offset", "kafka_timestamp",
-        F.to_date(event_time).alias("event_date"),
-        reason.alias("reason"),
-        "value_bytes", *quarantine_only,
-    )
+    final = {
+        "event_id": F.col("event_id"),
+        **{d: dimension[d][0] for d in dims},
+        "event_time": event_time,
+        "payload_event_time": F.col("payload_event_time"),
+        **{f: F.col(f) for f in fields},
+        "attributes": F.col("attributes"),
+        "record_key": F.col("__raw_key").cast("string"),
+        **{c: F.col(c) for c in ("topic", "partition", "offset", "kafka_timestamp")},
+        "event_date": F.to_date(event_time),
+        "reason": reason,
+        "value_bytes": F.col("value_bytes"),
+        **{c: F.col(c) for c in quarantine_only},
+    }
+    df = df.select(*[column.alias(name) for name, column in final.items()])
     # What only the quarantine projection reads is kept for rejected rows only: a cached
     # classification then holds no second copy of every valid payload.
     rejected = F.col("reason").isNotNull()
     return df.select(*[F.when(rejected, F.col(c)).alias(c) if c in quarantine_only else c
-                       for c in df.columns])
+                       for c in final])
 
 
-def _json_fields(df: DataFrame, shape: EventShape, too_big: Column) -> tuple[DataFrame, Checks]:
+def _json_fields(df: Projections, shape: EventShape, too_big: Column
+                 ) -> tuple[Projections, Checks]:
     """A JSON payload's fields, read from its VARIANT (`classify`)."""
     dims, fields = shape.dimension_names, shape.measure_fields
-    df = df.withColumn("__utf8", F.is_valid_utf8("__text"))
+    df = df.add(F.is_valid_utf8("__text").alias("__utf8"))
     # Parse only payloads that are valid UTF-8 and not oversized (CASE WHEN is lazy). Spark's
     # parser reads the first JSON value and ignores what follows it, so the payload is parsed as
     # the first element of `[<payload>,0]`: text after the value ("{..} x", two events "{..}{..}")
     # breaks the array, and "{..},{..}" gives it a third element. `__v` is that array (the event
     # at `$[0]`, `_path`), null unless it is exactly [event, 0].
-    df = df.withColumn("__w", F.when(~too_big & F.col("__utf8"), F.try_parse_json(
-        F.concat(F.lit("["), F.col("__text"), F.lit(",0]")))))
+    df = df.add(F.when(~too_big & F.col("__utf8"), F.try_parse_json(
+        F.concat(F.lit("["), F.col("__text"), F.lit(",0]")))).alias("__w"))
     w = F.col("__w")
-    df = df.withColumn("__v", F.when((F.try_variant_get(w, "$[1]", "int") == 0)
-                                     & F.try_variant_get(w, "$[2]", "variant").isNull(), w))
+    df = df.add(F.when((F.try_variant_get(w, "$[1]", "int") == 0)
+                       & F.try_variant_get(w, "$[2]", "variant").isNull(), w).alias("__v"))
     v = F.col("__v")
     source = {d.name: d.source for d in shape.dimensions}
 
@@ -288,8 +316,7 @@ def _json_fields(df: DataFrame, shape: EventShape, too_big: Column) -> tuple[Dat
                             | text.isin("true", "false"))
         return [text.alias(text_alias), F.when(maybe_not_scalar, type_of(at)).alias(type_alias)]
 
-    df = df.select(
-        "*",
+    df = df.add(
         *identity(shape.event_id, "event_id", "__id_type"),
         *[c for d in dims for c in identity(source[d], f"_{d}_text", f"_{d}_type")],
         F.try_variant_get(v, _path(shape.path_of(shape.event_time.field)), "string")
@@ -307,8 +334,8 @@ def _text_time(shape: EventShape) -> Column:
     return _event_time(F.trim(F.col("__time_text")), shape.event_time.formats)
 
 
-def _text_measures(df: DataFrame, shape: EventShape, fields: tuple[str, ...], v: Column | None,
-                   time: Column) -> tuple[DataFrame, Checks]:
+def _text_measures(df: Projections, shape: EventShape, fields: tuple[str, ...],
+                   v: Column | None, time: Column) -> tuple[Projections, Checks]:
     """`payload_event_time` (`time`), and the measure `fields` from their `_<f>_text` and
     `_<f>_type` (`v`: the VARIANT, for a JSON double's exact re-read; None: no doubles)."""
 
@@ -326,8 +353,9 @@ def _text_measures(df: DataFrame, shape: EventShape, fields: tuple[str, ...], v:
             text.rlike(_at_most_decimals(precision_scale(types[f])[1])).alias(f"_{f}_scale"),
             text.isin("NaN", "Infinity", "-Infinity").alias(f"_{f}_nonfinite"),
         ]
-    df = df.select("*", time.alias("payload_event_time"), *staged)
+    df = df.add(time.alias("payload_event_time"), *staged)
     checks: Checks = {}
+    values = []
     for f in fields:
         text, is_double = F.trim(F.col(f"_{f}_text")), F.col(f"_{f}_type") == "DOUBLE"
         exact_f, plain = F.col(f"_{f}_exact"), F.col(f"_{f}_plain")
@@ -338,10 +366,10 @@ def _text_measures(df: DataFrame, shape: EventShape, fields: tuple[str, ...], v:
             # The re-read rounds digits past its scale, so count them in the literal text.
             | (F.lit(False) if v is None else is_double & _literal_too_precise(
                 F.col("__text"), v, shape.path_of(f), precision_scale(types[f])[1])))
-        df = df.withColumn(
-            f, F.when(plain, text.try_cast(types[f])).otherwise(exact_f.cast(types[f])))
+        values.append(
+            F.when(plain, text.try_cast(types[f])).otherwise(exact_f.cast(types[f])).alias(f))
         checks[f] = (numeric_like, too_precise, _in_range(F.col(f), types[f]))
-    return df, checks
+    return (df.add(*values) if values else df), checks
 
 
 def _in_range(value: Column, measure_type: str) -> Column:
@@ -350,7 +378,7 @@ def _in_range(value: Column, measure_type: str) -> Column:
     return value.isNotNull() & (F.abs(value) < bound)
 
 
-def _avro_fields(df: DataFrame, shape: EventShape) -> tuple[DataFrame, Checks]:
+def _avro_fields(df: Projections, shape: EventShape) -> tuple[Projections, Checks]:
     """A decoded Avro record's fields (`avro.decode`'s `__record`), read as typed: a decimal or
     integer measure is checked as a number (no text, no regular expression), a timestamp-millis
     time is a timestamp; the other kinds (strings, a long's epoch) are read as their text by the
@@ -366,8 +394,7 @@ def _avro_fields(df: DataFrame, shape: EventShape) -> tuple[DataFrame, Checks]:
                  else r[time_field]).cast("string")
     numbers = [f for f in fields if kinds.get(f) in ("decimal", "int", "long")]
     scalar = F.lit("STRING")  # what the JSON path's type check sees: no object, array, boolean
-    df = df.select(
-        "*",
+    df = df.add(
         r[shape.event_id].cast("string").alias("event_id"), scalar.alias("__id_type"),
         *[c for d in dims for c in (r[source[d]].cast("string").alias(f"_{d}_text"),
                                     scalar.alias(f"_{d}_type"))],
@@ -385,6 +412,7 @@ def _avro_fields(df: DataFrame, shape: EventShape) -> tuple[DataFrame, Checks]:
                    & F.lit("epoch_millis" in shape.event_time.formats))
         time = F.when(in_form, r[time_field])
     df, checks = _text_measures(df, shape, texts, None, time)
+    typed = []
     for f in numbers:
         t = shape.fields[f]
         scale, avro_scale = precision_scale(t)[1], avro.decimal_scale(shape.avro, f)
@@ -393,9 +421,9 @@ def _avro_fields(df: DataFrame, shape: EventShape) -> tuple[DataFrame, Checks]:
         wide = f"decimal(38,{avro_scale})"
         too_precise = (F.lit(False) if avro_scale <= scale else
                        r[f].cast(f"decimal(38,{scale})").cast(wide) != r[f].cast(wide))
-        df = df.withColumn(f, value).withColumn(f"_{f}_exact", F.lit(None).cast(t))
+        typed.extend([value.alias(f), F.lit(None).cast(t).alias(f"_{f}_exact")])
         checks[f] = (F.lit(True), too_precise, _in_range(F.col(f), t))
-    return df, checks
+    return (df.add(*typed) if typed else df), checks
 
 
 def quarantine_columns_only(shape: EventShape) -> tuple[str, ...]:

@@ -167,6 +167,24 @@ def test_kafka_timestamp_policy_drives_windows_from_broker_time(spark):
     assert valid[0].event_date.isoformat() == "2026-11-21"
 
 
+def test_a_classification_is_built_once_for_each_spec_and_limits(spark):
+    """The built expressions are reused by an equal settings value (a new run's), never by
+    another limit: a stale build would let the 200-byte limit's oversized record through."""
+    from spark_jobs.transforms import parse
+
+    record = ev(attributes={"note": "x" * 200})
+    valid, bad = split(spark, [record], Settings.from_env({"MAX_EVENT_BYTES": "2048"}))
+    assert list(valid) == [0] and not bad
+    built = dict(parse._BUILT)
+    valid, bad = split(spark, [record], Settings.from_env({"MAX_EVENT_BYTES": "2048"}))
+    assert list(valid) == [0]
+    assert parse._BUILT.keys() == built.keys() and all(  # the same build, not a second one
+        parse._BUILT[k] is b for k, b in built.items())
+    valid, bad = split(spark, [record], Settings.from_env({"MAX_EVENT_BYTES": "200"}))
+    assert not valid and bad[0].reason == "payload_too_large"
+    assert bad[0].detail.endswith("> MAX_EVENT_BYTES=200")
+
+
 near_valid = st.fixed_dictionaries(
     {},
     optional={
