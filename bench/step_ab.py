@@ -149,6 +149,30 @@ def _classify(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[
     def uncached():
         return lambda: facts(P.classify(raw, settings))
 
+    def cached_with(shape_of=lambda df: df, keep=lambda df: df.persist()):
+        """The first job, then bronze's read of the cache (every valid column, no write)."""
+        def make():
+            def run():
+                if True:
+                    c = keep(shape_of(P.classify(raw, settings)))
+                    facts(c)
+                    c.where(F.col("reason").isNull()).select(*P.valid_columns(settings.shape)) \
+                        .write.format("noop").mode("overwrite").save()
+                    if hasattr(c, "unpersist"):
+                        c.unpersist()
+            return run
+        return make
+
+    only = P.quarantine_columns_only(settings.shape)
+    extra = ["reason", "value_bytes"]
+
+    def without_quarantine(df):
+        return df.select(*P.valid_columns(settings.shape), *extra)
+
+    def packed(df):
+        return df.select(*P.valid_columns(settings.shape), *extra,
+                         F.when(F.col("reason").isNotNull(), F.struct(*only)).alias("q"))
+
     def untyped():
         def run():
             kept = F.schema_of_variant
@@ -165,6 +189,11 @@ def _classify(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[
 
     return {
         "classify + cache + counts (the batch's first job)": cached,
+        "the first job, then a read of the valid rows": cached_with(),
+        "the same, the cache without the quarantine's columns": cached_with(without_quarantine),
+        "the same, the quarantine's columns in one struct": cached_with(packed),
+        "the same, kept as rows (localCheckpoint) instead of the columnar cache":
+            cached_with(keep=lambda df: df.localCheckpoint(eager=False)),
         "classify + counts, no cache": uncached,
         "classify + counts, no type lookups (schema_of_variant)": untyped,
         "the JSON parse alone (try_parse_json)": parse_only,
