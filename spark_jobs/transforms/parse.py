@@ -20,6 +20,7 @@ Every input row leaves in exactly one of the two outputs; a quarantined row carr
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date, timedelta
@@ -168,9 +169,10 @@ def _dimension(shape: EventShape, name: str) -> tuple[Column, Column, Column]:
 
 
 # The classifications built in this process, by what they are built from (`classify`): a few
-# specs' worth (an edited spec's previous one goes first).
+# specs' worth (an edited spec's previous one goes first); a lock for callers on several threads.
 _BUILT: dict[tuple, Projections] = {}
 _KEEP_BUILT = 8
+_BUILT_LOCK = threading.Lock()
 
 
 def classify(raw: DataFrame, settings: Settings) -> DataFrame:
@@ -183,11 +185,14 @@ def classify(raw: DataFrame, settings: Settings) -> DataFrame:
     inputs = (settings.shape, settings.max_event_bytes, settings.future_skew,
               settings.timestamp_policy, settings.partitions_start_date)
     key = (type(raw).__module__, settings.shape.model_dump_json(), *inputs[1:])
-    built = _BUILT.get(key)
+    with _BUILT_LOCK:
+        built = _BUILT.get(key)
     if built is None:
-        built = _BUILT[key] = _classification(*inputs)
-        while len(_BUILT) > _KEEP_BUILT:
-            del _BUILT[next(iter(_BUILT))]
+        built = _classification(*inputs)
+        with _BUILT_LOCK:
+            _BUILT[key] = built
+            while len(_BUILT) > _KEEP_BUILT:
+                del _BUILT[next(iter(_BUILT))]
     return built.apply(raw)
 
 
