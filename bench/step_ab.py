@@ -9,8 +9,9 @@ the first (JIT warm-up). Written to bench/results/step-ab-<experiment>-<timestam
     python -m bench.step_ab windows     # dedup + windows: the fingerprint as two long sums vs a
                                         # decimal per row; dedup's share
     python -m bench.step_ab classify    # the first job: classify + cache + counts, and its parts
-    python -m bench.step_ab plan        # building the classification's expressions (wall time
-                                        # too: mostly the Python driver and py4j, not the JVM)
+    python -m bench.step_ab plan        # building the classification's and the quarantine's
+                                        # expressions (wall time too: mostly the Python driver
+                                        # and py4j, not the JVM)
 """
 
 from __future__ import annotations
@@ -153,13 +154,11 @@ def _classify(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[
         """The first job, then bronze's read of the cache (every valid column, no write)."""
         def make():
             def run():
-                if True:
-                    c = keep(shape_of(P.classify(raw, settings)))
-                    facts(c)
-                    c.where(F.col("reason").isNull()).select(*P.valid_columns(settings.shape)) \
-                        .write.format("noop").mode("overwrite").save()
-                    if hasattr(c, "unpersist"):
-                        c.unpersist()
+                c = keep(shape_of(P.classify(raw, settings)))
+                facts(c)
+                c.where(F.col("reason").isNull()).select(*P.valid_columns(settings.shape)) \
+                    .write.format("noop").mode("overwrite").save()
+                c.unpersist()  # (none for a local checkpoint: its blocks go with the DataFrame)
             return run
         return make
 
@@ -214,8 +213,21 @@ def _plan(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[], 
     def reused():
         return lambda: P.classify(raw, settings).schema
 
+    classified = P.classify(raw, settings)
+
+    def quarantine_anew():
+        P._BUILT.clear()
+        return lambda: P.quarantine_projection(classified, settings).schema
+
+    def quarantine_reused():
+        return lambda: P.quarantine_projection(classified, settings).schema
+
     return {"classify's expressions built anew": anew,
-            "classify's built expressions applied": reused}
+            "classify's built expressions applied": reused,
+            # A service's batch with a rejected record builds it (the classification is the
+            # query's, built once).
+            "the quarantine's projection built anew": quarantine_anew,
+            "the quarantine's built projection applied": quarantine_reused}
 
 
 EXPERIMENTS = {"bronze": _bronze, "windows": _windows, "classify": _classify, "plan": _plan}

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import date, timedelta
 
@@ -168,32 +168,36 @@ def _dimension(shape: EventShape, name: str) -> tuple[Column, Column, Column]:
     return value, missing, not_scalar | value.isNull()
 
 
-# The classifications built in this process, by what they are built from (`classify`): a few
-# specs' worth (an edited spec's previous one goes first); a lock for callers on several threads.
+# The projections built in this process (`_built`), by what they are built from: a few specs'
+# worth (an edited spec's previous ones go first); a lock for callers on several threads.
 _BUILT: dict[tuple, Projections] = {}
-_KEEP_BUILT = 8
+_KEEP_BUILT = 16
 _BUILT_LOCK = threading.Lock()
 
 
-def classify(raw: DataFrame, settings: Settings) -> DataFrame:
-    """valid_columns(shape) plus `reason` (null for a valid event) and what the quarantine
-    needs. The event's fields are read as the pipeline's shape declares them.
-
-    The expressions are built once per process for each spec and its limits (`Projections`:
-    building them is ~0.7-1 s of driver time a run), for classic Spark and Spark Connect apart
-    (their columns do not mix)."""
+def _built(build: Callable[..., Projections], df: DataFrame, settings: Settings) -> DataFrame:
+    """`build`'s projections applied to `df`, built once per process for each spec and its limits
+    (what `build` takes: a few hundred expressions cost thousands of py4j round trips, ~0.7-1 s
+    of driver time for the classification), for classic Spark and Spark Connect apart (their
+    columns do not mix)."""
     inputs = (settings.shape, settings.max_event_bytes, settings.future_skew,
               settings.timestamp_policy, settings.partitions_start_date)
-    key = (type(raw).__module__, settings.shape.model_dump_json(), *inputs[1:])
+    key = (build.__name__, type(df).__module__, settings.shape.model_dump_json(), *inputs[1:])
     with _BUILT_LOCK:
         built = _BUILT.get(key)
     if built is None:
-        built = _classification(*inputs)
+        built = build(*inputs)
         with _BUILT_LOCK:
             _BUILT[key] = built
             while len(_BUILT) > _KEEP_BUILT:
                 del _BUILT[next(iter(_BUILT))]
-    return built.apply(raw)
+    return built.apply(df)
+
+
+def classify(raw: DataFrame, settings: Settings) -> DataFrame:
+    """valid_columns(shape) plus `reason` (null for a valid event) and what the quarantine
+    needs. The event's fields are read as the pipeline's shape declares them (`_built`)."""
+    return _built(_classification, raw, settings)
 
 
 def _classification(shape: EventShape, max_event_bytes: int, future_skew: timedelta,
@@ -466,8 +470,13 @@ def _not_a_string(field: str, type_column: str) -> Column:
 
 def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
     """The quarantine's columns from `classify` output; apply after filtering on `reason`, so the
-    base64 encoding and details are computed for rejected rows only."""
-    shape = settings.shape
+    base64 encoding and details are computed for rejected rows only (`_built`)."""
+    return _built(_quarantine, df, settings)
+
+
+def _quarantine(shape: EventShape, max_event_bytes: int, future_skew: timedelta,
+                timestamp_policy: str, start_date: date) -> Projections:
+    """`quarantine_projection`'s projection, built from what it depends on."""
     reason = F.col("reason")
     forms = " nor ".join(_TIME_FORMS[f] for f in sorted(shape.event_time.formats))
     # Details name a field by its path in the event (its name, at the top level).
@@ -475,7 +484,7 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
     detail = (
         F.when(reason == "payload_too_large",
                F.format_string("%d bytes > MAX_EVENT_BYTES=%d", "value_bytes",
-                               F.lit(settings.max_event_bytes)))
+                               F.lit(max_event_bytes)))
         .when(reason == "invalid_event_time",
               F.concat(F.lit(f"{time_field}="), F.substring("__time_text", 1, 80),
                        F.lit(f" is {'neither ' if ' nor ' in forms else 'not '}{forms}")))
@@ -515,14 +524,14 @@ def quarantine_projection(df: DataFrame, settings: Settings) -> DataFrame:
         detail.when(reason == "event_time_before_start",
                     F.concat(F.lit(f"{time_field}="), F.col("__time_text"),
                              F.lit(f" is before LAKEHOUSE_START_DATE="
-                                   f"{settings.partitions_start_date}"
+                                   f"{start_date}"
                                    " (epoch seconds sent as milliseconds?)")))
         .when(reason == "event_time_in_future",
               F.concat(F.lit(f"{time_field}="), F.col("__time_text"), F.lit(" is more than "),
-                       F.lit(spark_interval(settings.future_skew)),
+                       F.lit(spark_interval(future_skew)),
                        F.lit(" after the broker append time")))
     )
-    return df.select(
+    return Projections().select(
         "reason",
         detail.alias("detail"),
         "topic",
