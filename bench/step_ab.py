@@ -174,12 +174,15 @@ def _classify(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[
 
     def untyped():
         def run():
+            # The patch is read when the expressions are built: built anew, then dropped.
             kept = F.schema_of_variant
             P.F.schema_of_variant = lambda c: F.lit("STRING")
+            P._BUILT.clear()
             try:
                 facts(P.classify(raw, settings))
             finally:
                 P.F.schema_of_variant = kept
+                P._BUILT.clear()
         return run
 
     def parse_only():
