@@ -183,6 +183,10 @@ def test_a_classification_is_built_once_for_each_spec_and_limits(spark):
     valid, bad = split(spark, [record], Settings.from_env({"MAX_EVENT_BYTES": "200"}))
     assert not valid and bad[0].reason == "payload_too_large"
     assert bad[0].detail.endswith("> MAX_EVENT_BYTES=200")
+    # Another time policy after the default's build: its own (the event time is the broker's).
+    valid, _ = split(spark, [record], Settings.from_env(
+        {"MAX_EVENT_BYTES": "2048", "TIMESTAMP_POLICY": "kafka_timestamp"}))
+    assert utc(valid[0].event_time) == BROKER_TIME
 
 
 near_valid = st.fixed_dictionaries(
