@@ -30,11 +30,11 @@ DG = str(REPO / ".venv/bin/dg")
 EXAMPLES = REPO / "examples"
 
 
-def dg_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+def dg_env(home: Path, **extra: str) -> dict[str, str]:
     """dg's environment: an instance folder whose dagster.yaml turns telemetry off (dg reads it,
-    not DAGSTER_DISABLE_TELEMETRY)."""
-    home = tmp_path / "dagster_home"
-    home.mkdir(exist_ok=True)
+    not DAGSTER_DISABLE_TELEMETRY). One folder per process: dg commands started side by side on
+    one instance race to create its SQLite schema (CI: `alembic_version` created twice)."""
+    home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").write_text((REPO / "infra/dagster.yaml").read_text())
     return {**os.environ, "DAGSTER_HOME": str(home), "DAGSTER_DISABLE_TELEMETRY": "true",
             "GX_ANALYTICS_ENABLED": "false", **extra}
@@ -172,9 +172,10 @@ def test_dg_checks_and_lists_the_project_with_a_scaffolded_pipeline(tmp_path):
                               "fields": {**doc["attributes"]["fields"], "depot": "string"},
                               "dimensions": ["key", "depot"]})
     written.write_text(yaml.safe_dump(doc, sort_keys=False))
-    env = dg_env(tmp_path)
-    commands = {"yaml": (["check", "yaml"], env), "defs": (["check", "defs"], env),
-                "list": (["list", "defs", "--json"], {**env, "LAKEHOUSE_DEFS_DIR": str(folder)})}
+    commands = {"yaml": (["check", "yaml"], dg_env(tmp_path / "home-yaml")),
+                "defs": (["check", "defs"], dg_env(tmp_path / "home-defs")),
+                "list": (["list", "defs", "--json"],
+                         dg_env(tmp_path / "home-list", LAKEHOUSE_DEFS_DIR=str(folder)))}
     running = {k: subprocess.Popen([DG, *cmd], env=e, cwd=REPO, text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                for k, (cmd, e) in commands.items()}
