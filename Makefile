@@ -208,18 +208,18 @@ test-cluster: setup
 # The local stack's tests of several minutes each (marked `long`: the three-pipeline service,
 # its crash and every date proven after it); run by test-cluster.
 test-long: setup kafka-up class-archive
-	$(PY) -m pytest -o addopts=-ra -p no:randomly -m long --ignore=tests/cluster --ignore=tests/alerts -n $(TEST_WORKERS) --dist loadgroup tests $(PYTEST_ARGS)
+	SUITE_TIER=long $(PY) -m pytest -o addopts=-ra -p no:randomly -m long --ignore=tests/cluster --ignore=tests/alerts -n $(TEST_WORKERS) --dist loadgroup tests $(PYTEST_ARGS)
 
 # Alerts end to end on the local stack (tests/alerts: the real service, Prometheus, Alertmanager
 # and a webhook; a minute or two, so not in `make test`); run by test-cluster.
 test-alerts: setup kafka-up class-archive
-	$(PY) -m pytest -o addopts=-ra -p no:randomly tests/alerts $(PYTEST_ARGS)
+	SUITE_TIER=alerts $(PY) -m pytest -o addopts=-ra -p no:randomly tests/alerts $(PYTEST_ARGS)
 
 # The scenario alone, on a running cluster stack.
 test-cluster-run: setup
 	@$(CLUSTER_INSTANCE)
 	@$(CLUSTER_ENV); \
-	  $(PY) -m pytest -o addopts=-ra -o timeout=2400 -p no:randomly tests/cluster $(PYTEST_ARGS)
+	  SUITE_TIER=cluster $(PY) -m pytest -o addopts=-ra -o timeout=2400 -p no:randomly tests/cluster $(PYTEST_ARGS)
 
 # The suite on the local stack (lint, the broker, every test but those marked `long`), on
 # TEST_WORKERS workers. Left to `make test-cluster` (of tens of minutes, run after it): the
@@ -227,12 +227,12 @@ test-cluster-run: setup
 # alerts end to end (tests/alerts: the service, Prometheus, Alertmanager; `make test-alerts`) and
 # the `long` tests (`make test-long`: the multi-pipeline service and its crash).
 test: setup lint kafka-up class-archive
-	$(PY) -m pytest --ignore=tests/cluster --ignore=tests/alerts -m "not long" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	SUITE_TIER=test $(PY) -m pytest --ignore=tests/cluster --ignore=tests/alerts -m "not long" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The tests that need no JVM, no broker and no server (tests/unit), on the xdist workers: under a
 # minute. `make test` runs them too, with tests/spark and tests/e2e.
 test-unit: setup
-	$(PY) -m pytest tests/unit -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	SUITE_TIER=unit $(PY) -m pytest tests/unit -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The daemon runs the schedules and sensors, which read the broker. With SPARK_REMOTE naming this
 # machine (sc://127.0.0.1:<port>), the daily runs it launches use that Spark Connect server:

@@ -18,6 +18,8 @@ from testkit.infra import broker_module
 from testkit.runs import run_job  # noqa: F401 - the tests import it from here
 
 REPO = Path(__file__).resolve().parents[1]
+# With SUITE_TIER set (the make targets), the run's timings go to bench/results/suite-*.json.
+pytest_plugins = ["testkit.suite_timings"]
 # The tiers (tests/unit: no JVM, no broker; tests/spark; tests/e2e): a test imports another's
 # helpers by module name whichever tier it is in (tests/cluster and tests/alerts do too).
 sys.path[1:1] = [str(REPO / "tests" / tier) for tier in ("unit", "spark", "e2e")]
