@@ -317,7 +317,6 @@ lint: setup
 	$(VENV)/bin/vulture
 	$(VENV)/bin/dg check yaml
 	$(VENV)/bin/dg check defs
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean: kafka-down cluster-down observe-down registry-down spark-down
 	rm -rf .lakehouse .dagster_home .dagster_home_cluster .kafka .s3proxy .postgres .spark \

@@ -3,7 +3,8 @@ at Prometheus' API: every SLI series of infra/prometheus/rules/sli.yml and of th
 exists for both pipelines, and every dashboard panel's query finds data for each, over the time
 the demos ran. The demos are the real CLI (subprocesses, their live step the real service for
 DEMO_LIVE with events arriving); the daily exporter is `make daily-metrics`' process; Prometheus
-is the Debian binary with the project's rules (`observe_stack`)."""
+is the Debian binary with the project's rules (`observe_stack`). The default demo is also the
+suite's check of the demo's console, run storage and UI (`assert_reads_like_a_tool`)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import urllib.request
 import pytest
 import yaml
 from conftest import REPO, free_port, observe_stack
-from test_demo import run_demo
+from test_demo import assert_reads_like_a_tool, run_demo
 from test_orders_e2e import orders_spec
 
 from testkit.infra import infra_module
@@ -68,10 +69,13 @@ def test_after_the_demos_prometheus_has_every_sli_and_panel_for_both_pipelines(
                            daily_port=daily_port) as stack:
             start = time.time()
             for extra in ({}, {"PIPELINE": str(orders)}):
-                done, _, _ = run_demo(tmp_path, kafka_bootstrap, timeout=900, **live, **extra)
+                done, _, demo_env = run_demo(tmp_path, kafka_bootstrap, timeout=900, **live,
+                                             **extra)
                 assert done.returncode == 0, done.stdout + done.stderr
                 assert any(line.startswith("  service") and " ok " in line
                            for line in done.stdout.splitlines()), done.stdout
+                if not extra:  # the default demo: its console, run storage and UI
+                    assert_reads_like_a_tool(done, home, demo_env)
             time.sleep(3)  # the exporter's last scrape and the rules' last evaluation
             end = time.time()
 

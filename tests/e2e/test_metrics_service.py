@@ -1,6 +1,8 @@
 """Prometheus metrics of `make stream` (`orchestration.service.metrics`) end to end: the service as a
 subprocess on a fresh topic and lakehouse, scraped over HTTP while it ingests good, bad and
-late records (from hand-made reports, no Spark: tests/unit/test_metrics.py)."""
+late records (from hand-made reports, no Spark: tests/unit/test_metrics.py). While it streams,
+the catch-up schedule and catch-ups by hand beside it skip naming it (tests/e2e/beside_service.py);
+then a clean SIGTERM stop."""
 
 from __future__ import annotations
 
@@ -38,7 +40,12 @@ LATENCY = "lakehouse_end_to_end_latency_seconds"
 
 
 @pytest.mark.slow
-def test_service_serves_metrics(instance_env, spark):
+def test_service_serves_metrics(instance_env, spark, tmp_path):
+    from beside_service import (
+        a_catch_up_by_hand_succeeds_as_a_no_op_naming_the_service,
+        dagster_asset_materialize_succeeds_while_the_service_streams,
+        ten_catch_up_ticks_skip_naming_the_service,
+    )
     from test_service import start_service, wait_for
 
     settings = instance_env
@@ -140,6 +147,12 @@ def test_service_serves_metrics(instance_env, spark):
         assert value(m, "lakehouse_metrics_poll_errors_total", source="streaming_aggregates") == 0
         assert value(m, "lakehouse_metrics_poll_errors_total", source="kafka") == 0
         assert value(m, "lakehouse_metrics_poll_errors_total", source="quarantined_events") == 0
+
+        # Beside the service holding the stream: the schedule and catch-ups by hand skip.
+        ten_catch_up_ticks_skip_naming_the_service(settings, svc)
+        a_catch_up_by_hand_succeeds_as_a_no_op_naming_the_service(svc)
+        dagster_asset_materialize_succeeds_while_the_service_streams(svc, tmp_path)
+        assert svc.poll() is None, "the service stopped beside the catch-ups"
     finally:
         if svc.poll() is None:
             svc.send_signal(signal.SIGTERM)

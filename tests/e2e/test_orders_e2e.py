@@ -1,8 +1,10 @@
-"""The order pipeline through Dagster, beside the default one in one code location: its prefixed
-jobs catch the stream up, correct and prove each date (gold == replay == the independent
-reference), and neither pipeline's runs touch the other's tables or checkpoints."""
+"""The order pipeline through Dagster, beside the default one in one code location: added as
+docs/specs.md says (`dg scaffold defs orchestration.components.PipelineComponent orders` in a
+defs folder the code location loads, LAKEHOUSE_DEFS_DIR, then the YAML edited to the order
+spec), its prefixed jobs catch the stream up, correct and prove each date (gold == replay == the
+independent reference), and neither pipeline's runs touch the other's tables or checkpoints.
+(Without a broker: tests/unit/test_pipeline_components.py.)"""
 
-import json
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -17,7 +19,8 @@ from lakehouse.tables.reads import bronze_dates, read
 from orchestration.definitions import definitions_for
 from testkit.runs import run_in
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
 
 
 def orders_spec(folder: Path) -> Path:
@@ -28,6 +31,28 @@ def orders_spec(folder: Path) -> Path:
     spec["topic"] = f"orders-{uuid.uuid4().hex[:8]}"
     path = folder / "orders.yaml"
     path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def scaffold_and_edit(folder: Path, name: str, spec: dict) -> Path:
+    """`dg scaffold defs orchestration.components.PipelineComponent <folder>/<name>`, then the
+    edit a user makes: the spec's topic, fields, event id and time, dimensions and measures."""
+    import os
+    import subprocess
+
+    home = folder.parent / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((REPO / "infra/dagster.yaml").read_text())  # no telemetry
+    done = subprocess.run(
+        [str(REPO / ".venv/bin/dg"), "scaffold", "defs", "orchestration.components.PipelineComponent",
+         str(folder / name)], cwd=REPO, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "DAGSTER_HOME": str(home)})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    path = folder / name / "defs.yaml"
+    doc = yaml.safe_load(path.read_text())
+    assert doc["attributes"]["name"] == name  # named after its folder
+    doc["attributes"].update({k: v for k, v in spec.items() if k != "name"})
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
 
@@ -51,22 +76,28 @@ def two_pipelines(tmp_path_factory, kafka_bootstrap):
     from assets.resources import LakehouseResource
     from lakehouse.config.env import overridden
     from lakehouse.config.settings import Settings
-    from lakehouse.specs.pipeline import load_spec
+    from lakehouse.specs.pipeline import defs_dir, load_spec
     from orchestration.definitions import definitions_for
     from testkit.generator import GeneratorConfig, end_across_midnight, produce
     from testkit.spec_events import generate_for_spec
 
     tmp = tmp_path_factory.mktemp("two")
-    spec_path = orders_spec(tmp)
+    folder = tmp / "defs"
+    folder.mkdir()
+    spec_path = scaffold_and_edit(folder, "orders", yaml.safe_load(orders_spec(tmp).read_text()))
     lake = tmp / "lake"
     env = {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "LAKEHOUSE_ROOT": str(lake),
-           "EVENTS_TOPIC": f"default-{uuid.uuid4().hex[:8]}", "PIPELINES": str(spec_path)}
+           "EVENTS_TOPIC": f"default-{uuid.uuid4().hex[:8]}", "LAKEHOUSE_DEFS_DIR": str(folder)}
     with overridden(env):
         default = Pipeline.of(Settings.from_env())
-        # The resource of this environment (the module's was built when the tests started).
-        defs = definitions_for([default, *spec_pipelines()], LakehouseResource())
+        # The code location of this environment, as orchestration.definitions builds it (the
+        # module's was built when the tests started).
+        defs = definitions_for([default, *spec_pipelines()], LakehouseResource(),
+                               defs_folder=defs_dir())
+        assert AssetKey(["orders", "reconciled_aggregates"]) in defs.resolve_all_asset_keys()
         spec, instance = load_spec(spec_path), DagsterInstance.ephemeral()
         settings = defs.resources["lakehouse"].settings_for("orders")
+        assert settings.root == f"{lake}/orders"
         end = end_across_midnight(datetime.now(UTC).replace(second=0, microsecond=0))
         records = generate_for_spec(spec, GeneratorConfig(
             count=1200, seed=9, end=end, span=timedelta(hours=4), late_fraction=0.05,
@@ -82,15 +113,6 @@ def two_pipelines(tmp_path_factory, kafka_bootstrap):
         yield SimpleNamespace(defs=defs, spec=spec, instance=instance, lake=lake,
                               settings=settings, records=records, proofs=proofs,
                               written=tree(lake))
-
-
-def dagster_for(settings, spec):
-    """The code location of the orders pipeline alone, its resource from this environment."""
-    from assets.pipelines import Pipeline
-    from assets.resources import LakehouseResource
-    from orchestration.definitions import definitions_for
-
-    return definitions_for([Pipeline.of(settings, spec.prefix)], LakehouseResource())
 
 
 def test_orders_through_dagster_equal_the_reference_and_stay_in_their_folder(two_pipelines):
@@ -132,98 +154,6 @@ def test_the_default_pipeline_never_touches_the_orders_folder(two_pipelines):
     assert result.success
     assert read(default, "bronze_events").num_rows > 0
     assert tree(t.lake / "orders") == orders_before
-
-
-def positions(table) -> Counter:
-    return Counter(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
-
-
-# Two to five minutes beside the other tests (make test-long): the Avro pipeline's service crash
-# (tests/e2e/test_avro_e2e.py) and the default's (tests/e2e/test_service.py) stay in `make test`.
-@pytest.mark.long
-def test_orders_service_crashes_lose_and_duplicate_nothing(tmp_path, kafka_bootstrap):
-    """`make stream PIPELINE=<orders spec>` killed in flight and inside a batch (after bronze,
-    before the aggregates MERGE), restarted each time: every offset lands once, the late lane
-    once, and the orders proven per date equal the replay and the reference."""
-    import os
-    import signal
-
-    from dagster import DagsterInstance
-
-    from lakehouse.config.env import overridden
-    from lakehouse.specs.pipeline import selected_pipeline
-    from spark_jobs.stream import INGEST_QUERY
-    from testkit.faults import kill_in_flight, kill_inside_batch, next_batch, running_service, start_service, wait_for
-    from testkit.generator import GeneratorConfig, produce
-    from testkit.reference import VALID_KINDS
-    from testkit.spec_events import expected_windows_for_spec, generate_for_spec, table_windows_for_spec
-
-    spec_path = orders_spec(tmp_path)
-    env = {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "LAKEHOUSE_ROOT": str(tmp_path / "lake"),
-           "PIPELINE": str(spec_path), "PIPELINES": str(spec_path)}
-    with overridden(env):
-        spec, settings = selected_pipeline()
-    service_env = {**os.environ, **env, "STREAM_TRIGGER_INTERVAL": "2 seconds",
-                   "MAX_OFFSETS_PER_TRIGGER": "400"}
-    end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
-    records = generate_for_spec(spec, GeneratorConfig(
-        count=1800, seed=21, end=end, span=timedelta(hours=3), late_fraction=0.05)).records
-    chunks = [records[:600], records[600:1200], records[1200:]]
-    valid = sum(1 for r in records if r.kind in VALID_KINDS)
-    checkpoint = settings.checkpoint_path(INGEST_QUERY)
-
-    def bronze_rows() -> int:
-        try:
-            return read(settings, "bronze_events").num_rows
-        except Exception:  # noqa: BLE001 - not created yet
-            return 0
-
-    produce(settings, chunks[0])
-    with running_service(service_env) as svc:
-        wait_for(lambda: bronze_rows() > 0, svc, what="first bronze batch")
-        produce(settings, chunks[1])
-        kill_in_flight(svc, checkpoint, min_batch=1)  # offsets/N written, commits/N not
-    with running_service(service_env) as svc:
-        wait_for(lambda: bronze_rows() > 600, svc, what="progress after restart")
-        produce(settings, chunks[2])
-        kill_inside_batch(svc, settings, "bronze_before_aggregates", next_batch(checkpoint))
-    svc = start_service({**service_env, "MAX_OFFSETS_PER_TRIGGER": "10000"})
-    wait_for(lambda: bronze_rows() >= valid, svc, what="all records in bronze")
-    svc.send_signal(signal.SIGTERM)
-    out, _ = svc.communicate(timeout=120)
-    assert svc.returncode == 0 and "stopped cleanly" in out, out[-3000:]
-
-    with overridden(env):
-        defs, instance = dagster_for(settings, spec), DagsterInstance.ephemeral()
-        assert run_in(defs, "orders__stream_catch_up", instance)[0].success
-        for d in sorted(bronze_dates(settings)):
-            result, checks = run_in(defs, "orders__reconcile_dates", instance,
-                                 partition_key=d.isoformat())
-            assert result.success and checks and all(c.passed for c in checks), checks
-
-    bronze, quarantine = read(settings, "bronze_events"), read(settings, "quarantined_events")
-    landed = positions(bronze) + positions(quarantine)
-    assert max(landed.values()) == 1 and bronze.num_rows == valid  # nothing twice
-    for p in {p for p, _ in landed}:  # nothing lost: dense offsets per partition
-        assert {o for pp, o in landed if pp == p} == set(range(sum(1 for pp, _ in landed
-                                                                    if pp == p))), p
-    late = read(settings, "late_events")
-    assert late.num_rows > 0 and max(positions(late).values()) == 1
-    # The late lane is exactly what the fast path left out: the stream's aggregates equal the
-    # reference of every record but the late copies (a late copy arrives after the one counted).
-    late_ids, kept = Counter(late["event_id"].to_pylist()), []
-    for r in reversed(records):
-        event_id = str(json.loads(r.value)[spec.shape.event_id]) if r.kind in VALID_KINDS else None
-        if late_ids[event_id]:
-            late_ids[event_id] -= 1
-        else:
-            kept.append(r)
-    assert not +late_ids
-    assert table_windows_for_spec(spec, read(settings, "streaming_aggregates")) == \
-        expected_windows_for_spec(spec, list(reversed(kept)))
-    expected = expected_windows_for_spec(spec, records)
-    assert table_windows_for_spec(spec, read(settings, "reconciled_aggregates")) == expected
-    assert table_windows_for_spec(spec, read(settings, "replay_aggregates")) == expected
 
 
 def test_a_spec_change_leaves_the_dates_computed_before_stale(two_pipelines, tmp_path):

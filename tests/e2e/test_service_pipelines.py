@@ -1,8 +1,11 @@
 """One service for three pipelines (`make stream` with PIPELINES): one Spark application, a query
-per pipeline in its own scheduler pool, metrics labelled by pipeline on one port. A SIGKILL
-inside a batch of one pipeline and a restart lose and duplicate nothing in any of them, and every
-date of each is then proven (gold == the replay of its log); a topic deleted under another stops
-that pipeline alone, the others go on."""
+per pipeline in its own scheduler pool, metrics labelled by pipeline on one port. A SIGKILL while
+a batch of the orders pipeline is in flight, a restart, a SIGKILL inside a batch of the default
+pipeline (bronze committed, aggregates not) and a restart lose and duplicate nothing in any of
+them; every date of each is then proven (gold == the replay of its log), the orders' gold and
+replay equal the independent reference and their live aggregates count every event once but
+exactly the copies the late lane recorded; a topic deleted under another stops that pipeline
+alone, the others go on."""
 
 import os
 import signal
@@ -22,10 +25,23 @@ from lakehouse.config.settings import Settings
 from lakehouse.kafka.admin import admin
 from lakehouse.specs.pipeline import load_spec
 from lakehouse.tables.reads import read
-from testkit.faults import kill_inside_batch, output, running_service, start_service, wait_for
+from testkit.faults import (
+    kill_in_flight,
+    kill_inside_batch,
+    output,
+    running_service,
+    start_service,
+    wait_for,
+)
 from testkit.generator import GeneratorConfig, generate, produce
 from testkit.reference import VALID_KINDS
-from testkit.spec_events import generate_for_spec
+from testkit.spec_events import (
+    expected_windows_for_spec,
+    generate_for_spec,
+    rows_for_spec,
+    table_windows_for_spec,
+    windows_of_rows,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -129,12 +145,12 @@ def test_three_pipelines_in_one_service(instance_env, tmp_path):
                                                    span=timedelta(hours=2), keys=5,
                                                    late_fraction=0.05)).records,
                **{n: generate_for_spec(s, GeneratorConfig(
-                   count=900, seed=12, end=end, span=timedelta(hours=2),
+                   count=900, seed=12, end=end, span=timedelta(hours=2), late_fraction=0.05,
                    duplicate_fraction=0.04, malformed_fraction=0.03)).records
                   for n, s in spec_of.items()}}
-    half = {n: len(r) // 2 for n, r in records.items()}
+    third = {n: len(r) // 3 for n, r in records.items()}
     for n, r in records.items():
-        produce(settings[n], r[:half[n]])
+        produce(settings[n], r[:third[n]])
 
     def valid(n, upto=None):
         return sum(1 for r in records[n][:upto] if r.kind in VALID_KINDS)
@@ -149,12 +165,20 @@ def test_three_pipelines_in_one_service(instance_env, tmp_path):
                              for n in settings), svc, what="every pipeline's records counted")
         assert all(scrape(port)[("lakehouse_stream_query_active", n)] == 1 for n in settings)
         for n, r in records.items():
-            produce(settings[n], r[half[n]:])
-        # SIGKILL inside a batch of the default pipeline (bronze committed, aggregates not),
-        # the two others mid-stream.
+            produce(settings[n], r[third[n]:2 * third[n]])
+        # SIGKILL while a batch of the orders pipeline is in flight (offsets/N written,
+        # commits/N not), the two others mid-stream.
+        kill_in_flight(svc, settings["orders"].checkpoint_path("ingest"), min_batch=1)
+
+    with running_service(env, tmp_path / "service-2.log") as svc:
+        wait_for(lambda: rows(settings["orders"], "bronze_events") > valid("orders", third["orders"]),
+                 svc, what="the orders pipeline's progress after the restart")
+        for n, r in records.items():
+            produce(settings[n], r[2 * third[n]:])
+        # SIGKILL inside a batch of the default pipeline (bronze committed, aggregates not).
         kill_inside_batch(svc, default, "bronze_before_aggregates", min_batch=1)
 
-    svc = start_service(env, tmp_path / "service-2.log")
+    svc = start_service(env, tmp_path / "service-3.log")
     try:
         wait_for(lambda: all(rows(settings[n], "bronze_events") >= valid(n) for n in settings),
                  svc, what="every pipeline caught up after the restart")
@@ -188,5 +212,22 @@ def test_three_pipelines_in_one_service(instance_env, tmp_path):
         for p in {p for p, _ in got}:
             assert {o for pp, o in got if pp == p} == set(range(max(o for pp, o in got
                                                                     if pp == p) + 1)), (n, p)
-    # The crashed pipeline's aggregates exact, after its restart and the stop.
+    # The crashed pipelines' aggregates exact, after their restarts and the stop.
     assert default_aggregates(default) == default_expected(default, records["default"])
+    orders, spec = settings["orders"], spec_of["orders"]
+    late = read(orders, "late_events")
+    assert late.num_rows > 0
+    assert max(Counter(zip(late["partition"].to_pylist(), late["offset"].to_pylist(),
+                           strict=True)).values()) == 1
+    late_ids, kept = Counter(late["event_id"].to_pylist()), []
+    for r in reversed(rows_for_spec(spec, records["orders"])):  # a late copy comes after
+        if late_ids[r.event_id]:
+            late_ids[r.event_id] -= 1
+        else:
+            kept.append(r)
+    assert not +late_ids
+    assert table_windows_for_spec(spec, read(orders, "streaming_aggregates")) == \
+        windows_of_rows(spec, list(reversed(kept)))
+    expected = expected_windows_for_spec(spec, records["orders"])
+    assert table_windows_for_spec(spec, read(orders, "reconciled_aggregates")) == expected
+    assert table_windows_for_spec(spec, read(orders, "replay_aggregates")) == expected

@@ -1,63 +1,28 @@
-"""`make stream` and the catch-up schedule side by side (issue 46, done-when 3): while the real
-service (`python -m orchestration.service.runner`, one per module: it costs a JVM) holds the pipeline's stream,
-ten ticks of the definitions' catch-up schedule skip naming it (its pid) and request no run, and
-a catch-up launched by hand (in-process and through `dagster asset materialize`) succeeds as a
-no-op whose materializations say it was skipped and who holds the stream."""
+"""`make stream` and the catch-up schedule side by side: while the real service holds the
+pipeline's stream, ten ticks of the definitions' catch-up schedule skip naming it (its pid) and
+request no run, and a catch-up launched by hand (in-process and through `dagster asset
+materialize`) succeeds as a no-op whose materializations say it was skipped and who holds the
+stream. Checks, not tests: run while the service of tests/e2e/test_metrics_service.py streams
+(one service start for both)."""
 
 import os
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-import pytest
-from conftest import REPO, free_port, pipeline_env, run_job
+from conftest import REPO, run_job
 from dagster import DagsterInstance, build_schedule_context, instance_for_test
 
 from assets.resources import LakehouseResource
-from lakehouse.tables.locks import SERVICE_ROLE, checkpoint_holder
-from lakehouse.tables.reads import read
-from testkit.faults import output, running_service, wait_for
-from testkit.generator import GeneratorConfig, generate, produce
+from lakehouse.tables.locks import SERVICE_ROLE
 
 SKIP_TAIL = "holds the stream checkpoint 'ingest': it is ingesting; no catch-up needed"
 
 
-def bronze_rows(settings) -> int:
-    try:
-        return read(settings, "bronze_events").num_rows
-    except Exception:
-        return 0
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory, kafka_bootstrap):
-    """The streaming service on a root and topic of this module, holding the stream after its
-    first batch; yields (settings, its process, seconds it took to hold the stream)."""
-    tmp = tmp_path_factory.mktemp("beside-service")
-    with pipeline_env(tmp, kafka_bootstrap, "beside") as settings:
-        end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
-        produce(settings, generate(GeneratorConfig(count=300, seed=46, end=end,
-                                                   span=timedelta(minutes=30), keys=3)).records)
-        env = {**os.environ, "STREAM_TRIGGER_INTERVAL": "2 seconds",
-               "METRICS_PORT": str(free_port())}
-        t0 = time.monotonic()
-        with running_service(env, log_path=tmp / "service.log") as svc:
-            wait_for(lambda: checkpoint_holder(settings) is not None, svc, timeout=300,
-                     what="the service holding the stream", interval=0.5)
-            held_after = time.monotonic() - t0
-            wait_for(lambda: bronze_rows(settings) > 0, svc, timeout=300,
-                     what="the service's first batch")
-            print(f"service held the stream after {held_after:.1f}s, first batch after "
-                  f"{time.monotonic() - t0:.1f}s")
-            yield settings, svc, held_after
-            assert svc.poll() is None, f"the service stopped: {output(svc)}"
-
-
-def test_ten_catch_up_ticks_skip_naming_the_service(service):
+def ten_catch_up_ticks_skip_naming_the_service(settings, svc) -> None:
     from orchestration.definitions import defs
 
-    settings, svc, _ = service
     schedule = defs.get_schedule_def("stream_catch_up_schedule")
     resources = {"lakehouse": LakehouseResource(lakehouse_root=str(settings.root))}
     ticks = []
@@ -82,8 +47,7 @@ def skipped_materializations(result) -> dict[str, dict]:
             for e in result.get_asset_materialization_events()}
 
 
-def test_a_catch_up_by_hand_succeeds_as_a_no_op_naming_the_service(service):
-    settings, svc, _ = service
+def a_catch_up_by_hand_succeeds_as_a_no_op_naming_the_service(svc) -> None:
     instance = DagsterInstance.ephemeral()
     result, _ = run_job("stream_catch_up", instance)
     failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
@@ -101,8 +65,7 @@ def test_a_catch_up_by_hand_succeeds_as_a_no_op_naming_the_service(service):
     assert logged and SKIP_TAIL in logged[0]
 
 
-def test_dagster_asset_materialize_succeeds_while_the_service_streams(service, tmp_path):
-    settings, svc, _ = service
+def dagster_asset_materialize_succeeds_while_the_service_streams(svc, tmp_path) -> None:
     home = tmp_path / "dagster_home"
     home.mkdir()
     env = {**os.environ, "DAGSTER_HOME": str(home)}
