@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 
 _tests: dict[str, dict] = {}
-_started = {"wall": 0.0, "at": ""}
+_started = {"wall": 0.0, "at": "", "commit": ""}
 
 
 def _commit() -> str:
@@ -39,6 +39,8 @@ def _controller(config) -> bool:
 def pytest_sessionstart(session):
     _started["wall"] = time.monotonic()
     _started["at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    if os.environ.get("SUITE_TIER") and _controller(session.config):
+        _started["commit"] = _commit()  # the code the run started on
 
 
 def pytest_runtest_logreport(report):
@@ -68,7 +70,7 @@ def pytest_sessionfinish(session, exitstatus):
     while path.exists():
         path, n = RESULTS / f"suite-{tier}-{stamp}-{n}.json", n + 1
     record = {
-        "kind": "suite", "tier": tier, "commit": _commit(), "started": _started["at"],
+        "kind": "suite", "tier": tier, "commit": _started["commit"], "started": _started["at"],
         "wall_s": round(wall, 1), "exitstatus": int(exitstatus), "counts": counts,
         "workers": getattr(session.config.option, "numprocesses", None) or 0,
         "args": session.config.invocation_params.args and
@@ -79,3 +81,26 @@ def pytest_sessionfinish(session, exitstatus):
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     if tr is not None:
         tr.write_line(f"suite timings: {path.relative_to(REPO)} ({wall:.0f} s wall)")
+
+
+def newest() -> dict[str, Path]:
+    """The newest timing file of each tier (names sort by time)."""
+    out: dict[str, Path] = {}
+    for path in sorted(RESULTS.glob("suite-*.json")):
+        out[json.loads(path.read_text())["tier"]] = path
+    return out
+
+
+def main(top: int = 8) -> None:
+    """`python -m testkit.suite_timings`: each tier's newest file, its wall time, counts and
+    slowest tests (setup + call + teardown)."""
+    for tier, path in sorted(newest().items()):
+        record = json.loads(path.read_text())
+        print(f"{tier}: {record['wall_s']:.0f} s wall, {record['counts']}, commit "
+              f"{record['commit']} ({path.relative_to(REPO)})")
+        for nodeid, entry in list(record["tests"].items())[:top]:
+            print(f"  {entry['total']:7.1f} s  {nodeid.split('@')[0]}")
+
+
+if __name__ == "__main__":
+    main()
