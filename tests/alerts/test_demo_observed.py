@@ -16,12 +16,12 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 import yaml
 from conftest import REPO, free_port, observe_stack
 from test_demo import assert_reads_like_a_tool, run_demo
-from test_orders_e2e import orders_spec
 
 from testkit.infra import infra_module
 
@@ -29,6 +29,17 @@ PIPELINES = ("default", "orders")
 DAILY = ("lakehouse_daily_proven", "lakehouse_daily_deadline_timestamp_seconds",
          "lakehouse_daily_gold_updated_timestamp_seconds", "lakehouse_daily_corrections",
          "lakehouse_daily_late_events_waiting", "lakehouse_daily_last_success_timestamp_seconds")
+
+
+def orders_spec(folder: Path) -> Path:
+    """The order example with a topic of its own (tests share one broker)."""
+    import uuid
+
+    spec = yaml.safe_load((REPO / "examples/orders.yaml").read_text())
+    spec["topic"] = f"orders-{uuid.uuid4().hex[:8]}"
+    path = folder / "orders.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
 
 
 def query_range(stack, expr: str, start: float, end: float) -> list:

@@ -1,6 +1,6 @@
 """Pipelines as Dagster components (orchestration/components.py): a `defs.yaml` whose attributes
 are a pipeline spec, validated by the spec's code; `dg` on the project (list, check, scaffold).
-A scaffolded pipeline run end to end: tests/e2e/test_orders_e2e.py (its module fixture)."""
+A scaffolded pipeline run end to end: tests/e2e/test_spec_pipeline_e2e.py (its module fixture)."""
 
 import os
 import subprocess

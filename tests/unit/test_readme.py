@@ -245,9 +245,10 @@ def test_the_readme_is_one_screen_and_points_into_the_docs():
 
 
 def test_the_docs_site_builds_strictly_offline(tmp_path):
-    """Every page is in the nav and every link and anchor resolves (`mkdocs build --strict`: the
-    suite's one build of the site, in `make test-unit` and `make test`; without -q, whose log level hides the warnings --strict counts); no
-    plugin fetches anything (material's fonts are off, no social cards)."""
+    """Every page is in the nav and every link and anchor resolves (`mkdocs build --strict`:
+    the suite's one build of the site, in `make test-unit` and `make test`; without -q, whose
+    log level hides the warnings --strict counts); no plugin fetches anything (material's fonts
+    are off, no social cards)."""
     config = (REPO / "mkdocs.yml").read_text()
     assert "font: false" in config and "social" not in config
     nav = set(re.findall(r"^\s*- (?:[^:]+: )?([\w-]+\.md)$", config, re.MULTILINE))

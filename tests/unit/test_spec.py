@@ -66,7 +66,7 @@ def test_the_default_shape_is_the_contract():
     ({"secret_env": {"sasl.password": "pw"}},
      "secret_env['sasl.password']: 'pw' is not an environment variable's name"),
     ({"topic": "my orders"}, "topic: 'my orders' is not a Kafka topic name"),
-    # Names the Spark code once used for its own columns run (tests/e2e/test_spec_columns_e2e.py);
+    # Names the Spark code once used for its own columns run (tests/e2e/test_spec_pipeline_e2e.py);
     # a leading _ (Delta's _commit_version, the parser's _id_type) is the pipeline's own.
     ({"dimensions": [{"name": "_commit_version", "field": "region"}]},
      "dimensions[0]: '_commit_version': a column name starts with a letter"),
