@@ -36,7 +36,7 @@ os.environ.setdefault("PARTITIONS_START", "2025-01-01")
 # from the fixtures they use (any module-scoped one, and the session-scoped ones below, which are
 # worth building once per run rather than once per worker); any other test goes anywhere. Tests
 # marked `slow` go first (after pytest-randomly's shuffle) so that none is left for the end.
-SHARED_SESSION_FIXTURES = {"scenario", "spark_connect"}
+SHARED_SESSION_FIXTURES = {"scenario", "spark_connect", "schema_registry", "pg_lock_url"}
 
 
 def xdist_group(item: pytest.Item) -> str | None:
