@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from pydantic import ValidationError
 
@@ -49,15 +49,41 @@ class SchemasChanged(RuntimeError):
     (`spark_jobs.stream.schemas_changed`), which fetches them."""
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 def _auth(registry: Registry, env: Mapping[str, str]) -> str | None:
+    """The Basic-auth header for the registry's credentials, None without `auth_env`. Sent only
+    over https or to a registry on this host (loopback): over plain http elsewhere, anyone on
+    the path reads it."""
     if registry.auth_env is None:
         return None
+    where = f"schema registry {registry.url} (subject {registry.subject})"
+    url = urlsplit(registry.url)
+    if url.scheme != "https" and url.hostname not in LOOPBACK:
+        raise RegistryError(f"{where}: auth_env's credentials go only over https or to a "
+                            f"registry on this host, not over {url.scheme} to {url.hostname}: "
+                            "use the registry's https URL")
     secret = env.get(registry.auth_env)
     if not secret or ":" not in secret:
-        raise RegistryError(f"schema registry {registry.url} (subject {registry.subject}): "
-                            f"auth_env names {registry.auth_env}, which is not set to "
+        raise RegistryError(f"{where}: auth_env names {registry.auth_env}, which is not set to "
                             "user:password in the environment")
     return "Basic " + base64.b64encode(secret.encode()).decode()
+
+
+class _NoCredentialsOnRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect without the Authorization header (urllib's own handler copies it to
+    whichever host the redirect names)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            for table in (new.headers, new.unredirected_hdrs):
+                table.pop("Authorization", None)
+        return new
+
+
+_OPENER = urllib.request.build_opener(_NoCredentialsOnRedirect)
 
 
 def _get(registry: Registry, path: str, auth: str | None) -> Any | None:
@@ -67,7 +93,7 @@ def _get(registry: Registry, path: str, auth: str | None) -> Any | None:
         "Accept": ACCEPT, **({"Authorization": auth} if auth else {})})
     where = f"schema registry {registry.url} (subject {registry.subject})"
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        with _OPENER.open(request, timeout=TIMEOUT_S) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         if exc.code == 404:

@@ -50,6 +50,18 @@ class SpecError(SettingsError):
     """A pipeline spec the pipeline cannot run; the message names the file and the field."""
 
 
+# Client options that choose where and how a client connects: a spec setting one of them talks
+# to brokers of its own, so the deployment's credentials (KAFKA_SASL_*/KAFKA_SSL_*) never go with
+# it; it brings its own (secret_env) or, where the deployment has credentials, is refused.
+ROUTING_OPTIONS = ("bootstrap.servers", "security.protocol", "sasl.mechanism", "sasl.mechanisms")
+
+
+def _deployment_auth(option: str) -> bool:
+    """Whether a deployment option belongs to its brokers' authentication (and so stays with
+    them): the security protocol and every SASL and SSL option."""
+    return option == "security.protocol" or option.startswith(("sasl.", "ssl."))
+
+
 def _duration(value: Any) -> Any:
     if isinstance(value, str):
         try:
@@ -211,7 +223,18 @@ class PipelineSpec(BaseModel):
         if missing:
             raise SpecError(f"pipeline {self.name!r}: secret_env names {missing}, not set in "
                             "the environment")
-        options = {**base.kafka_options,
+        inherited = dict(base.kafka_options)
+        if routed := [k for k in ROUTING_OPTIONS if k in self.source.options]:
+            own = any(is_credential(k) for k in self.source.secret_env)
+            if not own and any(is_credential(k) for k in base.kafka_options):
+                raise SpecError(
+                    f"pipeline {self.name!r}: kafka_options.{routed[0]} sends the client to "
+                    "brokers of the spec's own while the deployment's Kafka credentials are set "
+                    "(KAFKA_SASL_*/KAFKA_SSL_*), which go only to KAFKA_BOOTSTRAP_SERVERS: give "
+                    "the spec credentials of its own in secret_env (sasl.password: "
+                    f"ORDERS_SASL_PASSWORD) or remove kafka_options.{routed[0]}")
+            inherited = {k: v for k, v in inherited.items() if not _deployment_auth(k)}
+        options = {**inherited,
                    **{k: SecretStr(v) for k, v in self.source.options.items()},
                    **{k: SecretStr(env[v]) for k, v in self.source.secret_env.items()}}
         return base.model_copy(update={

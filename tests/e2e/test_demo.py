@@ -142,11 +142,19 @@ def test_failed_step_prints_its_error_and_where_to_read_the_logs(tmp_path, kafka
     # So is a spec the code location would refuse beside the default pipeline.
     ({"PIPELINE": "name: default\ntopic: o\n"},
      "demo: error: {path}: name: 'default' is the pipeline of LAKEHOUSE_ROOT itself"),
+    # A spec naming brokers of its own gets none of the deployment's credentials: refused
+    # before anything is produced.
+    ({"PIPELINE": "name: o\ntopic: o\nkafka_options: {bootstrap.servers: '127.0.0.1:1', "
+                  "security.protocol: SASL_PLAINTEXT, sasl.mechanism: PLAIN}\n",
+      "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KAFKA_SASL_MECHANISM": "PLAIN",
+      "KAFKA_SASL_USERNAME": "lakehouse", "KAFKA_SASL_PASSWORD": "deployment-pw-7"},
+     "demo: error: pipeline 'o': kafka_options.bootstrap.servers sends the client to brokers of "
+     "the spec's own while the deployment's Kafka credentials are set"),
 ])
 def test_bad_setting_is_one_error_line_and_exit_code_2(tmp_path, env, message):
     if "PIPELINE" in env:
         (tmp_path / "bad.yaml").write_text(env["PIPELINE"])
-        env = {"PIPELINE": str(tmp_path / "bad.yaml")}
+        env = {**env, "PIPELINE": str(tmp_path / "bad.yaml")}
         message = message.format(path=tmp_path / "bad.yaml")
     done, _, _ = run_demo(tmp_path, "127.0.0.1:1", timeout=60, **env)
     assert done.returncode == 2

@@ -176,6 +176,23 @@ def test_a_bad_spec_fails_the_load_naming_the_file_and_the_field(tmp_path):
     assert f"{bad}: measures[0].field: 'amout' is not a declared field" in message
 
 
+def test_a_spec_naming_other_brokers_without_credentials_fails_the_load(tmp_path, monkeypatch):
+    """The deployment's Kafka credentials set: the code location refuses a spec that sends its
+    clients to brokers of its own without credentials of its own, naming the key."""
+    for name, value in {"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KAFKA_SASL_MECHANISM": "PLAIN",
+                        "KAFKA_SASL_USERNAME": "lakehouse",
+                        "KAFKA_SASL_PASSWORD": "deployment-pw-7"}.items():
+        monkeypatch.setenv(name, value)
+    routed = tmp_path / "orders.yaml"
+    routed.write_text(ORDERS + "kafka_options: {bootstrap.servers: '127.0.0.1:1'}\n")
+    done = load(str(routed), tmp_path, "import orchestration.definitions")
+    assert done.returncode != 0
+    message = done.stderr.strip().splitlines()[-1]
+    assert message.startswith("lakehouse.specs.pipeline.SpecError: pipeline 'orders': "
+                              "kafka_options.bootstrap.servers sends the client to brokers"), message
+    assert "deployment-pw-7" not in done.stderr + done.stdout
+
+
 def spec(tmp_path, name: str, text: str) -> str:
     path = tmp_path / name
     path.write_text(text)

@@ -126,6 +126,35 @@ def test_a_pipeline_gets_its_own_folder_topic_windows_and_secret(tmp_path):
     assert base.shape == DEFAULT_SHAPE and base.pipeline == "default"
 
 
+DEPLOYMENT_SASL = {"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KAFKA_SASL_MECHANISM": "PLAIN",
+                   "KAFKA_SASL_USERNAME": "lakehouse", "KAFKA_SASL_PASSWORD": "deployment-pw-7"}
+
+
+@pytest.mark.parametrize("option, value", [("bootstrap.servers", "127.0.0.1:1"),
+                                           ("security.protocol", "SASL_PLAINTEXT"),
+                                           ("sasl.mechanism", "PLAIN"),
+                                           ("sasl.mechanisms", "PLAIN")])
+def test_a_spec_routing_elsewhere_never_gets_the_deployments_credentials(tmp_path, option, value):
+    """A spec that chooses its brokers, protocol or mechanism is refused, naming the key, while
+    the deployment has Kafka credentials and the spec brings none; with credentials of its own
+    it gets only those, and none of the deployment's SASL/SSL options."""
+    base = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path), **DEPLOYMENT_SASL})
+    routed = parse_spec({**BASE, "kafka_options": {option: value}})
+    with pytest.raises(SpecError, match=rf"kafka_options\.{option} sends the client to brokers"):
+        routed.settings(base, {})
+    # Without deployment credentials there is nothing to leak: it runs on its own brokers.
+    assert routed.settings(Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)}), {})
+    own = parse_spec({**BASE, "kafka_options": {option: value, "sasl.username": "orders"},
+                      "secret_env": {"sasl.password": "ORDERS_SASL_PASSWORD"}})
+    config = own.settings(base, {"ORDERS_SASL_PASSWORD": "orders-pw-3"}).client_config
+    assert config["sasl.password"] == "orders-pw-3" and config["sasl.username"] == "orders"
+    assert "deployment-pw-7" not in str(config)
+    assert config.get("sasl.mechanism") == (value if option == "sasl.mechanism" else None)
+    # A spec that keeps the deployment's brokers keeps its credentials.
+    plain = parse_spec({**BASE, "kafka_options": {"fetch.min.bytes": "1024"}}).settings(base, {})
+    assert plain.client_config["sasl.password"] == "deployment-pw-7"
+
+
 def test_an_unreadable_spec_is_named(tmp_path):
     with pytest.raises(SpecError, match="cannot read"):
         load_spec(tmp_path / "missing.yaml")
