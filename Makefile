@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-MVN := mvn -q -B -s infra/jars/settings.xml
+MVN := infra/jars/fetch.sh
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export GX_ANALYTICS_ENABLED := false
 export TQDM_DISABLE := 1
@@ -58,23 +58,23 @@ $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q -e '.[dev]'
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -e '.[dev]'
 	@touch $@
 
 .jars/.fetched: infra/jars/spark/pom.xml infra/jars/kafka/pom.xml infra/jars/s3proxy/pom.xml \
 		infra/jars/s3/pom.xml infra/jars/settings.xml | system-deps
 	rm -rf .jars/spark .jars/kafka .jars/s3proxy .jars/s3
-	$(MVN) -f infra/jars/spark/pom.xml dependency:copy-dependencies
-	$(MVN) -f infra/jars/s3/pom.xml dependency:copy-dependencies
-	$(MVN) -f infra/jars/kafka/pom.xml dependency:copy-dependencies
-	$(MVN) -f infra/jars/s3proxy/pom.xml dependency:copy-dependencies
+	$(MVN) infra/jars/spark/pom.xml
+	$(MVN) infra/jars/s3/pom.xml
+	$(MVN) infra/jars/kafka/pom.xml
+	$(MVN) infra/jars/s3proxy/pom.xml
 	@touch $@
 
 # Apicurio Registry (a schema registry with a Confluent-compatible API; its Quarkus tar.gz
 # unpacked into .jars/registry/app) for Avro specs whose writer schemas are registered.
 .jars/registry/.fetched: infra/jars/registry/pom.xml infra/jars/settings.xml | system-deps
 	rm -rf .jars/registry
-	$(MVN) -f infra/jars/registry/pom.xml dependency:copy-dependencies
+	$(MVN) infra/jars/registry/pom.xml
 	mkdir -p .jars/registry/app
 	tar xzf .jars/registry/apicurio-registry-app-*-all.tar.gz -C .jars/registry/app
 	rm .jars/registry/apicurio-registry-app-*-all.tar.gz

@@ -4,13 +4,16 @@ or a three-node cluster.
 Runs the broker from the jars `make setup` fetched from Maven Central into `.jars/kafka`
 (no Docker, no Kafka tarball). Usage:
 
-    python infra/kafka/broker.py up|down|status [--state-dir DIR] [--port N]
+    python infra/kafka/broker.py up|down|status [--state-dir DIR] [--port N] [--controller-port N]
     python infra/kafka/broker.py cluster-up|cluster-down|cluster-status [--base-port N]
     python infra/kafka/broker.py stop-node N|start-node N      (broker-restart drills)
 
-`up` formats the storage once, starts the broker in the background, waits until it answers
-a metadata request and is idempotent (a running broker is left alone). `down` stops it by the
-pid it recorded. Every failure is one line on stderr saying what to do, and a non-zero exit.
+The broker listens on KAFKA_BOOTSTRAP_SERVERS' port (9092), its KRaft controller on
+KAFKA_CONTROLLER_PORT (default: that port + 100, 9192; not 9093, which Debian's Alertmanager
+package takes where its service runs). `up` formats the storage once, starts the broker in the
+background, waits until it answers a metadata request and is idempotent (a running broker is
+left alone). `down` stops it by the pid it recorded. Every failure is one line on stderr saying
+what to do, and a non-zero exit.
 
 The cluster: three combined broker+controller nodes with one cluster id, state under
 `.kafka-cluster/` (KAFKA_CLUSTER_STATE_DIR), node N on 127.0.0.1:(base+N-1) (base 19092, so
@@ -180,7 +183,8 @@ class Broker:
             )
         if port_open(self.controller_port) and self.pid() is None:
             raise BrokerError(
-                f"controller port {self.controller_port} is taken: free it or pick another port"
+                f"controller port {self.controller_port} is taken by another process: stop it, "
+                f"or set KAFKA_CONTROLLER_PORT to another port"
             )
         java, cp = self._java(), self._classpath()
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -354,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("n", nargs="?", type=int, help="node number (stop-node, start-node)")
     parser.add_argument("--state-dir", default=os.environ.get("KAFKA_STATE_DIR", REPO / ".kafka"))
     parser.add_argument("--port", type=int, default=_default_port())
+    parser.add_argument("--controller-port", type=int,
+                        default=int(os.environ["KAFKA_CONTROLLER_PORT"])
+                        if os.environ.get("KAFKA_CONTROLLER_PORT") else None,
+                        help="the KRaft controller's port (default: --port + 100)")
     parser.add_argument("--cluster-state-dir",
                         default=os.environ.get("KAFKA_CLUSTER_STATE_DIR", REPO / ".kafka-cluster"))
     parser.add_argument("--base-port", type=int,
@@ -361,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command in CLUSTER_COMMANDS:
         return cluster_main(args, parser)
-    broker = Broker(Path(args.state_dir), args.port)
+    broker = Broker(Path(args.state_dir), args.port, args.controller_port or args.port + 100)
     try:
         print(getattr(broker, args.command)())
     except BrokerError as exc:

@@ -13,6 +13,9 @@ broker = broker_module()
 
 
 def run(*args):
+    """broker.py with `args`; its controller on --port + 1 (free_port(span=2) checked it)."""
+    if "--port" in args:
+        args = (*args, "--controller-port", str(int(args[args.index("--port") + 1]) + 1))
     return subprocess.run([sys.executable, str(REPO / "infra/kafka/broker.py"), *args],
                           capture_output=True, text=True, timeout=180)
 

@@ -93,7 +93,8 @@ def test_make_down_stops_every_server_and_keeps_the_data(tmp_path):
 
     broker_port = free_port(span=2)  # the controller listens on port + 1
     python = str(REPO / ".venv/bin/python")
-    up = subprocess.run([python, "infra/kafka/broker.py", "up", "--port", str(broker_port)],
+    up = subprocess.run([python, "infra/kafka/broker.py", "up", "--port", str(broker_port),
+                         "--controller-port", str(broker_port + 1)],
                         cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     registry = subprocess.run([python, "infra/registry/registry.py", "up", "--port",
                                str(free_port())], cwd=REPO, env=env, capture_output=True,
