@@ -33,6 +33,40 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def port_holder(port: int) -> str:
+    """Who listens on `port` (this machine's TCP sockets, /proc/net/tcp and tcp6): "pid N
+    (command)", or "another process" when it cannot be seen (another user's, no /proc)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])  # state 0A: LISTEN
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            for fd in fd_dir.iterdir():
+                link = os.readlink(fd)
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    pid = fd_dir.parent.name
+                    cmd = (fd_dir.parent / "cmdline").read_bytes().split(b"\0")[0].decode(
+                        errors="replace")
+                    return f"pid {pid} ({Path(cmd).name or '?'})"
+        except OSError:
+            continue
+    return "another process"
+
+
+def taken(port: int, variable: str, what: str = "port") -> ServerError:
+    """The one-line error of a server whose port is held: the port, its holder and the
+    variable that moves it."""
+    return ServerError(f"{what} {port} is taken by {port_holder(port)}: stop it, or set "
+                       f"{variable} to another port")
+
+
 def tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

@@ -36,7 +36,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from daemon import pid_alive, port_open  # noqa: E402
+from daemon import pid_alive, port_holder, port_open  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 JARS = REPO / ".jars" / "kafka"
@@ -178,13 +178,14 @@ class Broker:
         runs; no waiting."""
         if self.pid() is None and port_open(self.port):
             raise BrokerError(
-                f"port {self.port} is taken by another process: stop it, or set "
+                f"port {self.port} is taken by {port_holder(self.port)}: stop it, or set "
                 f"KAFKA_BOOTSTRAP_SERVERS to another port (e.g. localhost:19092)"
             )
         if port_open(self.controller_port) and self.pid() is None:
             raise BrokerError(
-                f"controller port {self.controller_port} is taken by another process: stop it, "
-                f"or set KAFKA_CONTROLLER_PORT to another port"
+                f"controller port {self.controller_port} is taken by "
+                f"{port_holder(self.controller_port)}: stop it, or set KAFKA_CONTROLLER_PORT to "
+                "another port"
             )
         java, cp = self._java(), self._classpath()
         self.state_dir.mkdir(parents=True, exist_ok=True)

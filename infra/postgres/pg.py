@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from daemon import REPO, ServerError, port_open, run_cli, tail  # noqa: E402
+from daemon import REPO, ServerError, port_open, run_cli, tail, taken  # noqa: E402
 
 DEFAULT_USER = "dagster"
 DEFAULT_PASSWORD = "lakehouse-local-secret"
@@ -136,8 +136,7 @@ class Postgres:
         already = self.running(bindir)
         if not already:
             if port_open(self.port):
-                raise ServerError(f"port {self.port} is taken by another process: stop it, or "
-                                  "set PG_PORT to another port")
+                raise taken(self.port, "PG_PORT")
             self._initdb(bindir)
             options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
                        f"-c unix_socket_directories={self.socket_dir}")

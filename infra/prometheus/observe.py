@@ -33,7 +33,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from daemon import REPO, Daemon, ServerError, port_open, run_cli  # noqa: E402
+from daemon import REPO, Daemon, ServerError, port_open, run_cli, taken  # noqa: E402
 
 RULES = Path(__file__).resolve().parent / "rules"
 STREAM_JOB, DAILY_JOB = "lakehouse_stream", "lakehouse_daily"
@@ -156,8 +156,8 @@ class Stack:
             daemon.wait_ready(lambda: answers(ready), wait_s)
             return f"{daemon.name} already running on 127.0.0.1:{port} (pid {pid})"
         if port_open(port):
-            raise ServerError(f"port {port} is taken by another process: stop it, or set the "
-                              f"{daemon.name} port variable (see infra/prometheus/observe.py)")
+            raise taken(port, {self.prom_port: "PROMETHEUS_PORT", self.am_port: "ALERTMANAGER_PORT",
+                               self.daily_port: "DAILY_METRICS_PORT"}[port])
         daemon.start(cmd, env=env, cwd=self.state_dir)
         daemon.wait_ready(lambda: answers(ready), wait_s)
         return f"{daemon.name} up on 127.0.0.1:{port} (pid {daemon.pid()}), log: {daemon.log_file}"

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from daemon import REPO, Daemon, ServerError, java, port_open, run_cli  # noqa: E402
+from daemon import REPO, Daemon, ServerError, java, port_open, run_cli, taken  # noqa: E402
 
 APP = REPO / ".jars" / "registry" / "app"
 CONFLUENT_API = "/apis/ccompat/v7"
@@ -56,8 +56,7 @@ class Registry:
         if pid and ready(self.port):
             return f"schema registry already running on {self.url} (pid {pid})"
         if pid is None and port_open(self.port):
-            raise ServerError(f"port {self.port} is taken by another process: stop it, or set "
-                              "REGISTRY_PORT to another port")
+            raise taken(self.port, "REGISTRY_PORT")
         java_bin, jar = java(), self._jar()
         if pid is None:
             self.state_dir.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from daemon import REPO, Daemon, ServerError, java, port_open, run_cli  # noqa: E402
+from daemon import REPO, Daemon, ServerError, java, port_open, run_cli, taken  # noqa: E402
 
 JARS = REPO / ".jars" / "s3proxy"
 DEFAULT_KEY_ID = "lakehouse"
@@ -87,8 +87,7 @@ class S3Proxy:
             (self.data_dir / self.bucket).mkdir(parents=True, exist_ok=True)
             return f"S3Proxy already running on {self.endpoint} (pid {pid})"
         if pid is None and port_open(self.port):
-            raise ServerError(f"port {self.port} is taken by another process: stop it, or set "
-                              "S3_PORT to another port")
+            raise taken(self.port, "S3_PORT")
         java_bin, jar = java(), self._jar()
         # A bucket of the filesystem backend is a folder of its base directory.
         (self.data_dir / self.bucket).mkdir(parents=True, exist_ok=True)

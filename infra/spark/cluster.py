@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from daemon import REPO, Daemon, ServerError, java_home, port_open, run_cli  # noqa: E402
+from daemon import REPO, Daemon, ServerError, java_home, port_open, run_cli, taken  # noqa: E402
 
 
 def spark_home() -> Path:
@@ -94,10 +94,10 @@ class Cluster:
 
     def _start_master(self, wait_s: float) -> None:
         if self.master.pid() is None:
-            for port in (self.port, self.webui_port):
+            for port, variable in ((self.port, "SPARK_MASTER_PORT"),
+                                   (self.webui_port, "SPARK_MASTER_WEBUI_PORT")):
                 if port_open(port):
-                    raise ServerError(f"port {port} is taken by another process: stop it, or "
-                                      "set SPARK_MASTER_PORT / SPARK_MASTER_WEBUI_PORT")
+                    raise taken(port, variable)
             self.state_dir.mkdir(parents=True, exist_ok=True)
             self.master.start([self._spark_class(), "org.apache.spark.deploy.master.Master",
                                "--host", "127.0.0.1", "--port", str(self.port),
@@ -112,7 +112,8 @@ class Cluster:
         if worker.pid() is None:
             webui = self.webui_port + n
             if port_open(webui):
-                raise ServerError(f"port {webui} (worker {n} web UI) is taken by another process")
+                raise taken(webui, "SPARK_MASTER_WEBUI_PORT (the workers' are the next ones)",
+                            f"worker {n}'s web UI port")
             work_dir = self.state_dir / f"work-{n}"
             work_dir.mkdir(parents=True, exist_ok=True)
             worker.start([self._spark_class(), "org.apache.spark.deploy.worker.Worker",

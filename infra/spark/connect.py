@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster import spark_home  # noqa: E402
-from daemon import REPO, Daemon, ServerError, java_home, port_open, run_cli  # noqa: E402
+from daemon import REPO, Daemon, java_home, port_open, run_cli, taken  # noqa: E402
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
@@ -90,8 +90,7 @@ class ConnectServer:
             return f"Spark Connect server already running on {self.url} (pid {self.daemon.pid()})"
         if self.daemon.pid() is None:
             if port_open(self.port):
-                raise ServerError(f"port {self.port} is taken by another process: stop it, or set "
-                                  "SPARK_CONNECT_PORT to another port")
+                raise taken(self.port, "SPARK_CONNECT_PORT")
             self.state_dir.mkdir(parents=True, exist_ok=True)
             conf = server_conf(self.port)
             cmd = [str(home / "bin" / "spark-submit"), "--class", SERVER_CLASS,

@@ -1,5 +1,6 @@
 """The local KRaft broker: start, idempotent start, status, stop, and clear failures."""
 
+import os
 import socket
 import subprocess
 import sys
@@ -51,7 +52,8 @@ def test_port_taken_is_a_one_line_error(tmp_path):
         done = run("up", "--state-dir", str(tmp_path / "k"), "--port", str(port))
     assert done.returncode == 1
     assert done.stderr.strip().count("\n") == 0
-    assert f"port {port} is taken" in done.stderr
+    assert f"port {port} is taken by pid {os.getpid()} (" in done.stderr  # its holder
+    assert "KAFKA_BOOTSTRAP_SERVERS" in done.stderr  # and the variable that moves it
 
 
 def test_missing_jars_say_run_make_setup(tmp_path, monkeypatch):

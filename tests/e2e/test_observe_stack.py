@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -46,9 +47,12 @@ def test_observe_up_status_down(tmp_path):
             groups = json.loads(r.read())["data"]["groups"]
         assert {g["name"] for g in groups} == {"lakehouse_sli", "lakehouse_alerts"}
 
-        # Another state folder on the same ports: refused, naming the port.
+        # Another state folder on the same ports: refused, naming the port, its holder and the
+        # variable that moves it.
         clash = run(tmp_path / "other", "up", "--no-exporter", env=env)
-        assert clash.returncode == 1 and "is taken by another process" in clash.stderr
+        assert clash.returncode == 1 and re.search(
+            rf"port {am} is taken by pid \d+ \(\S*alertmanager\): stop it, or set "
+            "ALERTMANAGER_PORT to another port", clash.stderr), clash.stderr
         bad = run(state, "up", "--no-exporter", env={**env, "STREAM_METRICS_PORTS": "x"})
         assert bad.returncode == 1 and "STREAM_METRICS_PORTS" in bad.stderr
     finally:
