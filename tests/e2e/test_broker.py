@@ -81,3 +81,24 @@ def test_storage_formats_with_a_cluster_id_that_starts_with_a_dash(tmp_path, mon
     b._format_once(b._java(), b._classpath())
     meta = (b.data_dir / "meta.properties").read_text()
     assert "cluster.id=-" + "A" * 21 in meta
+
+
+def test_the_controller_keeps_off_the_port_after_the_brokers(tmp_path):
+    """Debian's Alertmanager package listens on 9093, the port after the broker's 9092: held
+    here (the port after a free one), `up` with the default controller port (the broker's +
+    100) starts all the same."""
+    port = free_port(span=101)
+    state = str(tmp_path / "k")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", port + 1))
+        held.listen()
+        up = subprocess.run([sys.executable, str(REPO / "infra/kafka/broker.py"), "up",
+                             "--state-dir", state, "--port", str(port)],
+                            capture_output=True, text=True, timeout=180, env={
+                                k: v for k, v in os.environ.items()
+                                if k != "KAFKA_CONTROLLER_PORT"})
+        try:
+            assert up.returncode == 0, up.stderr
+            assert broker._answers(port) and broker.port_open(port + 100)
+        finally:
+            run("down", "--state-dir", state, "--port", str(port))
