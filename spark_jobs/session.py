@@ -8,10 +8,11 @@ import os
 import shutil
 from pathlib import Path
 
+from pyspark import SparkContext
 from pyspark import __version__ as PYSPARK_VERSION
 from pyspark.sql import SparkSession
 
-from lakehouse.config import storage
+from lakehouse.config import spark_secrets, storage
 from lakehouse.config.settings import Settings
 from lakehouse.tables.catalog import WAREHOUSE_DIR
 from spark_jobs.connect_work import record_session
@@ -193,6 +194,23 @@ def connect_session(settings: Settings, extra: dict | None = None) -> SparkSessi
     return spark
 
 
+def _launched(builder: SparkSession.Builder, properties: Path | None) -> SparkSession:
+    """`builder.getOrCreate()`; with `properties` (the secret settings' file), the JVM it
+    launches reads them from it (`spark-submit --properties-file`), not from its command line."""
+    if properties is None:
+        return builder.getOrCreate()
+    before = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {properties} " + (
+        before or "pyspark-shell")
+    try:
+        return builder.getOrCreate()
+    finally:
+        if before is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = before
+
+
 def get_spark(settings: Settings, extra: dict | None = None, short_run: bool = False,
               classic: bool = False, class_archive: bool = True) -> SparkSession:
     """Create (or return the running) session configured for `settings`, plus `extra` keys
@@ -209,11 +227,14 @@ def get_spark(settings: Settings, extra: dict | None = None, short_run: bool = F
     # pyspark's builder reads SPARK_REMOTE itself: a classic session in a process whose
     # environment sets it is built without it.
     os.environ.pop("SPARK_REMOTE", None)
+    conf = {**spark_conf(settings, short_run, class_archive), **(extra or {})}
+    launching = SparkContext._gateway is None  # this call starts the JVM
+    plain, secret = spark_secrets.split(conf) if launching else (conf, {})
     builder = SparkSession.builder
-    for key, value in {**spark_conf(settings, short_run, class_archive),
-                       **(extra or {})}.items():
+    for key, value in plain.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with spark_secrets.properties_file(secret) as properties:
+        spark = _launched(builder, properties)
     spark.sparkContext.setLogLevel("WARN")
     if not settings.spark_master.startswith("local") and not settings.shuffle_partitions_explicit:
         # Sized from the cluster (cores of the registered executors), not the driver machine.

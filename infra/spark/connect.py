@@ -30,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster import spark_home  # noqa: E402
 from daemon import REPO, Daemon, java_home, port_open, run_cli, taken  # noqa: E402
 
+from lakehouse.config import spark_secrets  # noqa: E402
+
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
 
@@ -93,10 +95,14 @@ class ConnectServer:
                 raise taken(self.port, "SPARK_CONNECT_PORT")
             self.state_dir.mkdir(parents=True, exist_ok=True)
             conf = server_conf(self.port)
+            plain, secret = spark_secrets.split(conf)
             cmd = [str(home / "bin" / "spark-submit"), "--class", SERVER_CLASS,
                    "--name", conf["spark.app.name"]]
-            for key, value in conf.items():
+            for key, value in plain.items():
                 cmd += ["--conf", f"{key}={value}"]
+            if secret:  # owner-only, in the state folder: the server reads it at its start
+                cmd += ["--properties-file", str(spark_secrets.write_properties(
+                    secret, self.state_dir / "secret.properties"))]
             python = self._python()
             env = {**{k: v for k, v in os.environ.items()
                       if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")},
