@@ -139,11 +139,15 @@ class Stack:
         return f"http://127.0.0.1:{self.am_port}"
 
     def _write(self, name: str, config: dict) -> bool:
-        """Write the config file; whether it changed."""
+        """Write the config file, readable by its owner only (Alertmanager's holds the webhook
+        URL, which may carry a token); whether it changed."""
         path = self.state_dir / name
         text = json.dumps(config, indent=2) + "\n"
         if path.exists() and path.read_text() == text:
+            path.chmod(0o600)
             return False
+        path.touch(mode=0o600)
+        path.chmod(0o600)
         path.write_text(text)
         return True
 

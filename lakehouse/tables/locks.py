@@ -396,7 +396,8 @@ def _file_lock(root: Path, name: str, what: str, wait_s: float | None,
                role: str | None = None, settings=None):
     path = root / LOCKS_DIR / f"{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # its holder's session ids: owner only
+    os.fchmod(fd, 0o600)  # one made before as 0644 too
     held = False
     try:
         deadline = None if wait_s is None else time.monotonic() + wait_s
