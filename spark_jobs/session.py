@@ -13,7 +13,7 @@ from pyspark import __version__ as PYSPARK_VERSION
 from pyspark.sql import SparkSession
 
 from lakehouse.config import spark_secrets, storage
-from lakehouse.config.settings import Settings
+from lakehouse.config.settings import Settings, remote_shown
 from lakehouse.tables.catalog import WAREHOUSE_DIR
 from spark_jobs.connect_work import record_session
 
@@ -181,7 +181,8 @@ def connect_session(settings: Settings, extra: dict | None = None) -> SparkSessi
     refused = sorted(k for k in (extra or {}) if not k.startswith("spark.sql."))
     if refused:
         raise ValueError(f"{', '.join(refused)}: not a session setting of a Spark Connect run "
-                         f"({settings.spark_remote}); it is the server's, set where it starts "
+                         f"({remote_shown(settings.spark_remote)}); it is the server's, set "
+                         "where it starts "
                          "(SPARK_CONF_* in the environment of `make spark-up`)")
     conf = spark_conf(settings)
     keys = CONNECT_SESSION_KEYS + (CONNECT_SIZED_KEYS if settings.shuffle_partitions_explicit

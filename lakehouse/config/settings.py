@@ -206,6 +206,14 @@ def _topic(text: str) -> str:
     return text
 
 
+_URL_TOKEN = re.compile(r"(;token=)[^;]*", re.I)
+
+
+def remote_shown(url: str | None) -> str | None:
+    """A Spark Connect URL as it may be printed: its `token` parameter masked."""
+    return None if url is None else _URL_TOKEN.sub(r"\1***", url)
+
+
 def _connect_url(text: str | None) -> str | None:
     if text is not None and not text.startswith("sc://"):
         raise ValueError("must be a Spark Connect URL: sc://host:port (e.g. sc://127.0.0.1:15002)")
@@ -288,8 +296,10 @@ class Settings(BaseSettings):
     short_run_max_records: PositiveInt = _env("SHORT_RUN_MAX_RECORDS", 250_000)
     spark_driver_host: str = _env("SPARK_DRIVER_HOST", "127.0.0.1")
     # SPARK_REMOTE (Spark's own name): a Spark Connect endpoint (`sc://127.0.0.1:15002`, `make
-    # spark-up`) that the daily runs use instead of a driver of their own; unset: classic.
-    spark_remote: Annotated[str | None, AfterValidator(_connect_url)] = _env("SPARK_REMOTE")
+    # spark-up`) that the daily runs use instead of a driver of their own; unset: classic. It
+    # may carry `;token=...`: never in the repr (`remote_shown` masks the token).
+    spark_remote: Annotated[str | None, AfterValidator(_connect_url)] = _env("SPARK_REMOTE",
+                                                                               repr=False)
     # Pass-through families (`_PassThrough`); secret: SASL password, JAAS line, keys.
     spark_conf_extra: dict[str, SecretStr] = Field(default_factory=dict)
     kafka_options: dict[str, SecretStr] = Field(default_factory=dict)
@@ -467,7 +477,7 @@ class Settings(BaseSettings):
         return conf
 
 
-_SECRET_FIELDS = {"LAKEHOUSE_LOCK_URL", "kafka_options", "spark_conf_extra"}
+_SECRET_FIELDS = {"LAKEHOUSE_LOCK_URL", "kafka_options", "spark_conf_extra", "SPARK_REMOTE"}
 
 
 def _explain(exc: ValidationError) -> str:

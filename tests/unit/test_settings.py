@@ -239,3 +239,17 @@ def test_spark_config_of_a_run_is_limited_to_sizes():
     for key in ("spark.jars", "spark.driver.extraJavaOptions", "spark.hadoop.fs.s3a.endpoint"):
         with pytest.raises(ValidationError, match=key.replace(".", r"\.")):
             SparkResource(lakehouse=LakehouseResource(), spark_config={key: "x"})
+
+
+def test_a_connect_urls_token_is_never_shown():
+    """SPARK_REMOTE may carry `;token=`: kept out of the settings' repr, masked where the URL is
+    printed, and a bad value's error names the variable without it."""
+    from lakehouse.config.settings import remote_shown
+
+    url = "sc://spark.example.com:443/;use_ssl=true;token=tok-5e1f;user_id=me"
+    settings = Settings.from_env({"SPARK_REMOTE": url})
+    assert settings.spark_remote == url and "tok-5e1f" not in repr(settings)
+    assert remote_shown(url) == "sc://spark.example.com:443/;use_ssl=true;token=***;user_id=me"
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({"SPARK_REMOTE": "http://x/;token=tok-5e1f"})
+    assert "SPARK_REMOTE" in str(refused.value) and "tok-5e1f" not in str(refused.value)
