@@ -4,9 +4,11 @@ Uses the server binaries of the machine's PostgreSQL (Debian: /usr/lib/postgresq
 the `postgresql` package, which `make setup` installs: `make system-deps`). The cluster
 lives in `.postgres/` of the repo: data in `.postgres/data`, its unix socket in `.postgres/run`
 (mode 0700), log in `.postgres/postgres.log`. It listens on 127.0.0.1:$PG_PORT only (default
-5433; DAGSTER_PG_PORT is read too). TCP logins need the password DAGSTER_PG_PASSWORD of the
-superuser DAGSTER_PG_USERNAME (local-stack defaults when unset; never printed); the socket trusts
-its owner. `up` creates the database DAGSTER_PG_DB (default `dagster`). PostgreSQL refuses to
+5433; DAGSTER_PG_PORT is read too). The runs log in over TCP as DAGSTER_PG_USERNAME with the
+password DAGSTER_PG_PASSWORD (local-stack defaults when unset; never printed): a role that is not
+a superuser (no `COPY ... TO PROGRAM`, no new roles or databases), owner of the database
+DAGSTER_PG_DB (default `dagster`), which `up` creates. The cluster's own superuser (`postgres`)
+has no password: it logs in only over the owner-only unix socket, which trusts its owner. PostgreSQL refuses to
 run as root: as root, the cluster is owned and run by the OS user `lakehouse-pg` (PG_OS_USER),
 created when missing. Usage:
 
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from daemon import REPO, ServerError, port_open, run_cli, tail, taken  # noqa: E402
 
 DEFAULT_USER = "dagster"
+SUPERUSER = "postgres"  # the cluster's bootstrap role: the owner-only socket only
 DEFAULT_PASSWORD = "lakehouse-local-secret"
 DEFAULT_DB = "dagster"
 
@@ -109,26 +112,20 @@ class Postgres:
     def _initdb(self, bindir: Path) -> None:
         if (self.data_dir / "PG_VERSION").exists():
             return
-        pwfile = self.state_dir / ".initdb-pw"
-        fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(_env("DAGSTER_PG_PASSWORD", DEFAULT_PASSWORD) + "\n")
-        if self.os_user:
-            shutil.chown(pwfile, self.os_user, self.os_user)
-        try:
-            self._run([str(bindir / "initdb"), "-D", str(self.data_dir), "-U", self.user,
-                       f"--pwfile={pwfile}", "--auth-local=trust", "--auth-host=scram-sha-256",
-                       "--encoding=UTF8", "--no-locale"])
-        finally:
-            pwfile.unlink(missing_ok=True)
+        self._run([str(bindir / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER,
+                   "--auth-local=trust", "--auth-host=scram-sha-256", "--encoding=UTF8",
+                   "--no-locale"])
 
     def _psql(self, bindir: Path, sql: str, db: str = "postgres") -> str:
         """Run SQL (given on stdin, so nothing shows in `ps`) over the owner-only socket."""
         return self._run([str(bindir / "psql"), "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1",
-                          "-h", str(self.socket_dir), "-p", str(self.port), "-U", self.user,
+                          "-h", str(self.socket_dir), "-p", str(self.port), "-U", SUPERUSER,
                           "-d", db], stdin=sql).stdout.strip()
 
     def up(self, wait_s: int = 60) -> str:
+        if self.user == SUPERUSER:
+            raise ServerError(f"DAGSTER_PG_USERNAME={SUPERUSER!r} is the cluster's own "
+                              "superuser: the runs need a role of their own (e.g. dagster)")
         bindir = find_bindir()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.socket_dir.mkdir(mode=0o700, exist_ok=True)
@@ -146,15 +143,26 @@ class Postgres:
             if done.returncode != 0:
                 raise ServerError(f"PostgreSQL did not start: see {self.log_file}\n"
                                   + tail(self.log_file))
-        # The password follows the environment (TCP logins use it); the database exists.
-        password = _env("DAGSTER_PG_PASSWORD", DEFAULT_PASSWORD).replace("'", "''")
+        # The runs' role: not a superuser, its password from the environment (TCP logins use
+        # it), owner of the database.
         try:
-            self._psql(bindir, f"ALTER ROLE \"{self.user}\" PASSWORD '{password}';")
+            self._psql(bindir, "SELECT 1;")
+        except ServerError:
+            raise ServerError(f"{self.data_dir} was created by an older version of this script "
+                              f"(its superuser is not {SUPERUSER}): stop it and delete "
+                              f"{self.state_dir} (make pg-down; rm -rf {self.state_dir})") from None
+        password = _env("DAGSTER_PG_PASSWORD", DEFAULT_PASSWORD).replace("'", "''")
+        exists = self._psql(bindir, f"SELECT 1 FROM pg_roles WHERE rolname = '{self.user}';")
+        verb = "ALTER" if exists == "1" else "CREATE"
+        try:
+            self._psql(bindir, f"{verb} ROLE \"{self.user}\" LOGIN NOSUPERUSER NOCREATEDB "
+                               f"NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '{password}';")
         except ServerError:  # psql may echo the statement: say what failed, not the secret
-            raise ServerError(f"setting the password of role {self.user} failed: see "
-                              f"{self.log_file}") from None
+            raise ServerError(f"setting up role {self.user} failed: see {self.log_file}") from None
         if self._psql(bindir, f"SELECT 1 FROM pg_database WHERE datname = '{self.db}';") != "1":
-            self._psql(bindir, f'CREATE DATABASE "{self.db}";')
+            self._psql(bindir, f'CREATE DATABASE "{self.db}" OWNER "{self.user}";')
+        else:
+            self._psql(bindir, f'ALTER DATABASE "{self.db}" OWNER TO "{self.user}";')
         version = self._psql(bindir, "SHOW server_version;")
         state = "already running" if already else "up"
         return (f"PostgreSQL {version} {state} on 127.0.0.1:{self.port}, database {self.db}, "

@@ -189,3 +189,21 @@ def test_writers_of_a_date_take_turns(pg_lock_url):
         order.append("first")
     t.join(30)
     assert order == ["other date", "first", "second"]
+
+
+def test_the_runs_role_is_not_a_superuser(pg_lock_url):
+    """The role the runs log in as (infra/postgres/pg.py's DAGSTER_PG_USERNAME) owns its
+    database and takes the locks, but cannot run programs on the server (`COPY ... TO PROGRAM`,
+    a superuser's) nor create roles."""
+    import psycopg2
+
+    with psycopg2.connect(pg_lock_url) as conn, conn.cursor() as cur:
+        cur.execute("SELECT rolsuper, rolcreaterole, rolcreatedb FROM pg_roles "
+                    "WHERE rolname = current_user")
+        assert cur.fetchone() == (False, False, False)
+        cur.execute("SELECT pg_try_advisory_lock(42), pg_advisory_unlock(42)")
+        assert cur.fetchone() == (True, True)
+        cur.execute("CREATE TABLE owned_here (x int)")  # its own database: it creates tables
+    with psycopg2.connect(pg_lock_url) as conn, conn.cursor() as cur:
+        with pytest.raises(psycopg2.errors.InsufficientPrivilege):
+            cur.execute("COPY (SELECT 1) TO PROGRAM 'true'")
