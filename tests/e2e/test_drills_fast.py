@@ -128,3 +128,56 @@ def test_wrong_credentials_fail_fast_naming_authentication_without_leaking(
              "event log": event_log_text(instance, result.run_id)}
     assert user in error  # names who was rejected, never the password
     assert [name for name, text in texts.items() if wrong in text or password in text] == []
+
+
+def test_a_spec_with_its_own_credentials_runs_on_its_own_brokers(sasl, kafka_bootstrap,
+                                                                 monkeypatch, tmp_path):
+    """The deployment's brokers are the suite's plain one, with credentials of their own set; a
+    spec names the SASL broker and brings its own credentials (secret_env): its catch-up runs
+    there, and the deployment's credentials are never offered to it (no failed handshake)."""
+    import yaml
+
+    from assets.pipelines import spec_pipelines
+    from assets.resources import LakehouseResource
+    from lakehouse.kafka.admin import ensure_topic
+    from lakehouse.tables.reads import read
+    from orchestration.definitions import definitions_for
+    from testkit.generator import GeneratorConfig, generate, produce
+    from testkit.infra import sasl_broker_module
+
+    broker, user, password = sasl
+    spec = {"name": "own", "topic": f"own-{uuid.uuid4().hex[:8]}",
+            "fields": {"event_id": "string", "key": "string", "event_time": "timestamp",
+                       "value": "decimal(38,6)"},
+            "event_id": "event_id", "event_time": {"field": "event_time"},
+            "dimensions": ["key"], "measures": [{"field": "value"}],
+            "kafka_options": {"bootstrap.servers": broker.bootstrap,
+                              "security.protocol": "SASL_PLAINTEXT",
+                              "sasl.mechanism": sasl_broker_module().MECHANISM,
+                              "sasl.username": user},
+            "secret_env": {"sasl.password": "OWN_SASL_PASSWORD",
+                           "sasl.jaas.config": "OWN_SASL_JAAS_CONFIG"}}
+    path = tmp_path / "own.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    for k, v in {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "KAFKA_SASL_USERNAME": "deployment",
+                 "KAFKA_SASL_PASSWORD": "deployment-" + secrets.token_urlsafe(8),
+                 "OWN_SASL_PASSWORD": password,
+                 "OWN_SASL_JAAS_CONFIG": sasl_broker_module().jaas(user, password),
+                 "LAKEHOUSE_ROOT": str(tmp_path / "lake"), "PIPELINES": str(path)}.items():
+        monkeypatch.setenv(k, v)
+    before = broker.failed_authentications()
+    defs = definitions_for(spec_pipelines(), LakehouseResource())
+    settings = defs.resources["lakehouse"].settings_for("own")
+    assert settings.client_config["bootstrap.servers"] == broker.bootstrap
+    assert "deployment" not in str(settings.client_config)
+    ensure_topic(settings)
+    records = generate(GeneratorConfig(count=40, seed=8, keys=2, late_fraction=0,
+                                       duplicate_fraction=0, malformed_fraction=0)).records
+    assert produce(settings, records) == len(records)
+    from dagster import DagsterInstance
+
+    result = defs.resolve_job_def("own__stream_catch_up").execute_in_process(
+        instance=DagsterInstance.ephemeral(), raise_on_error=False)
+    assert result.success
+    assert read(settings, "bronze_events").num_rows == len(records)
+    assert broker.failed_authentications() == before
