@@ -14,6 +14,13 @@ from dagster import DailyPartitionsDefinition
 from lakehouse.config.settings import Settings
 from lakehouse.tables.reads import bronze_dates
 
+# The run tags Dagster gives a run of one partition and of a range of partitions (a single-run
+# backfill): its own names, which its public API does not export (tests/unit/test_schedules.py
+# holds them against Dagster's).
+PARTITION_NAME_TAG = "dagster/partition"
+ASSET_PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
+ASSET_PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
+
 
 def first_partition(settings: Settings, today: date | None = None) -> date:
     """PARTITIONS_START when set; else bronze's oldest event date (from its Delta log); with no

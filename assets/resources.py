@@ -22,15 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-    PARTITION_NAME_TAG,
-)
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator
 from pyspark.sql import SparkSession
 
+from assets.partitions import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    PARTITION_NAME_TAG,
+)
 from lakehouse.config.settings import Settings, SettingsError, is_credential
 from lakehouse.kafka.admin import ensure_topic
 from lakehouse.kafka.topic_status import TopicStatus, topic_status

@@ -27,9 +27,9 @@ from dagster import (
     SkipReason,
     schedule,
 )
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from assets.ingest import ingesting_elsewhere, stream_held_elsewhere
+from assets.partitions import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from assets.pipelines import Pipeline
 from assets.resources import LakehouseResource
 from lakehouse.tables.reads import bronze_dates

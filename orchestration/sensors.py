@@ -27,6 +27,7 @@ from dagster import (
     AssetObservation,
     DagsterEventType,
     DagsterRunStatus,
+    DefaultRunLauncher,
     DefaultSensorStatus,
     RunRequest,
     RunsFilter,
@@ -39,15 +40,14 @@ from dagster import (
     run_status_sensor,
     sensor,
 )
-from dagster._core.launcher import DefaultRunLauncher
-from dagster._core.storage.tags import (
+
+from assets.observe.freshness import freshness_checks_for
+from assets.observe.topic import topic_metadata
+from assets.partitions import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     PARTITION_NAME_TAG,
 )
-
-from assets.observe.freshness import freshness_checks_for
-from assets.observe.topic import topic_metadata
 from assets.pipelines import Pipeline
 from assets.resources import KafkaResource, LakehouseResource
 from lakehouse.config.settings import Settings

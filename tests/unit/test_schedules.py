@@ -195,3 +195,15 @@ def test_late_events_before_the_first_partition_are_named_until_a_reload(root):
     assert not only_old.run_requests and only_old.cursor == "v0"
     message = only_old.skip_reason.skip_message
     assert three_days.isoformat() in message and "reload" in message
+
+
+def test_the_partition_tags_are_dagsters_own():
+    """The product names Dagster's partition run tags itself (its public API does not export
+    them): they stay the names Dagster sets and reads."""
+    from dagster._core.storage import tags
+
+    from assets import partitions
+
+    assert partitions.PARTITION_NAME_TAG == tags.PARTITION_NAME_TAG
+    assert partitions.ASSET_PARTITION_RANGE_START_TAG == tags.ASSET_PARTITION_RANGE_START_TAG
+    assert partitions.ASSET_PARTITION_RANGE_END_TAG == tags.ASSET_PARTITION_RANGE_END_TAG
