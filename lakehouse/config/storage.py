@@ -65,12 +65,24 @@ def delta_rs_options(uri: str, env: Mapping[str, str] | None = None) -> dict[str
         options["AWS_REGION"] = env.get("AWS_REGION") or env["AWS_DEFAULT_REGION"]
     elif endpoint:
         options["AWS_REGION"] = "us-east-1"
-    if endpoint and env.get("AWS_S3_PATH_STYLE", "true").lower() in ("1", "true", "yes"):
+    if endpoint and path_style(env):
         options["AWS_S3_ADDRESSING_STYLE"] = "path"
         options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
     # Delta on S3 without a commit coordinator: one writing driver per table (README).
     options["AWS_S3_ALLOW_UNSAFE_RENAME"] = "true"
     return options
+
+
+_BOOLEANS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def path_style(env: Mapping[str, str]) -> bool:
+    """AWS_S3_PATH_STYLE (default true: a local endpoint such as S3Proxy): an unknown value is an
+    error, never a silent false."""
+    raw = env.get("AWS_S3_PATH_STYLE", "true")
+    if raw.strip().lower() not in _BOOLEANS:
+        raise ValueError(f"AWS_S3_PATH_STYLE={raw!r} must be true or false")
+    return _BOOLEANS[raw.strip().lower()]
 
 
 def s3a_spark_conf(uri: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -85,8 +97,7 @@ def s3a_spark_conf(uri: str, env: Mapping[str, str] | None = None) -> dict[str, 
         conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
         conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
             endpoint.startswith("https://")).lower()
-        path_style = env.get("AWS_S3_PATH_STYLE", "true").lower() in ("1", "true", "yes")
-        conf["spark.hadoop.fs.s3a.path.style.access"] = str(path_style).lower()
+        conf["spark.hadoop.fs.s3a.path.style.access"] = str(path_style(env)).lower()
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or (
         "us-east-1" if endpoint else None)
     if region:

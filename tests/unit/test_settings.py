@@ -253,3 +253,19 @@ def test_a_connect_urls_token_is_never_shown():
     with pytest.raises(SettingsError) as refused:
         Settings.from_env({"SPARK_REMOTE": "http://x/;token=tok-5e1f"})
     assert "SPARK_REMOTE" in str(refused.value) and "tok-5e1f" not in str(refused.value)
+
+
+@pytest.mark.parametrize("raw, want", [("true", "true"), ("No", "false"), ("0", "false"),
+                                       (" yes ", "true"), ("ture", None)])
+def test_an_object_stores_path_style_is_a_boolean_or_an_error(raw, want):
+    from lakehouse.config.storage import delta_rs_options, s3a_spark_conf
+
+    env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_S3_PATH_STYLE": raw}
+    if want is None:
+        with pytest.raises(ValueError, match="AWS_S3_PATH_STYLE='ture' must be true or false"):
+            s3a_spark_conf("s3a://b/lake", env)
+        with pytest.raises(ValueError, match="must be true or false"):
+            delta_rs_options("s3a://b/lake", env)
+        return
+    assert s3a_spark_conf("s3a://b/lake", env)["spark.hadoop.fs.s3a.path.style.access"] == want
+    assert ("AWS_S3_ADDRESSING_STYLE" in delta_rs_options("s3a://b/lake", env)) == (want == "true")
