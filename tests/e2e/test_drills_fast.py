@@ -176,8 +176,9 @@ def test_a_spec_with_its_own_credentials_runs_on_its_own_brokers(sasl, kafka_boo
     assert produce(settings, records) == len(records)
     from dagster import DagsterInstance
 
-    result = defs.resolve_job_def("own__stream_catch_up").execute_in_process(
-        instance=DagsterInstance.ephemeral(), raise_on_error=False)
+    from testkit.runs import run_in
+
+    result, _ = run_in(defs, "own__stream_catch_up", DagsterInstance.ephemeral())
     assert result.success
     assert read(settings, "bronze_events").num_rows == len(records)
     assert broker.failed_authentications() == before

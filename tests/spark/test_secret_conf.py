@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from lakehouse.config import spark_secrets
@@ -60,7 +59,6 @@ def test_a_secret_setting_never_reaches_a_command_line(tmp_path):
         child.stdin.write("\n")
         child.stdin.flush()
         child.wait(120)
-        time.sleep(0.1)
     assert set(Path(tempfile.gettempdir()).glob("spark-secrets-*")) == before  # removed
 
 
