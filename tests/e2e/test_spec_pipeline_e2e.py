@@ -12,7 +12,6 @@ changelog's `has_late`/`mode`, the corrections' diff), through classify, the cat
 corrections, the replay and the proof. (`_commit_version` and any name starting with _ is
 refused at load: tests/unit/test_spec.py.)"""
 
-import os
 import subprocess
 import uuid
 from collections import Counter
@@ -49,13 +48,12 @@ SPEC = {
 def scaffold_and_edit(folder: Path, name: str, spec: dict) -> Path:
     """`dg scaffold defs orchestration.components.PipelineComponent <folder>/<name>`, then the
     edit a user makes: the spec's topic, fields, event id and time, dimensions and measures."""
-    home = folder.parent / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((REPO / "infra/dagster.yaml").read_text())  # no telemetry
+    from test_pipeline_components import dg_env
+
     done = subprocess.run(
         [str(REPO / ".venv/bin/dg"), "scaffold", "defs", "orchestration.components.PipelineComponent",
          str(folder / name)], cwd=REPO, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "DAGSTER_HOME": str(home)})
+        env=dg_env(folder.parent / "dagster_home"))
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     path = folder / name / "defs.yaml"
     doc = yaml.safe_load(path.read_text())
