@@ -33,22 +33,6 @@ def ingested_then_more(settings, spark):
 
 
 @pytest.mark.slow
-def test_a_new_checkpoint_resumes_at_bronze_position(instance_env, spark):
-    settings = instance_env
-    first, second = ingested_then_more(settings, spark)
-    before = positions(settings, "bronze_events") + positions(settings, "quarantined_events")
-    assert sum(before.values()) == len(first)
-
-    shutil.rmtree(settings.checkpoint_path(stream.INGEST_QUERY))  # the checkpoint is lost
-    produce(settings, second)
-    stream.run_available_now(spark, settings)
-
-    after = positions(settings, "bronze_events") + positions(settings, "quarantined_events")
-    assert max(after.values()) == 1  # no record twice
-    assert sum(after.values()) == len(first) + len(second)  # and none missed
-
-
-@pytest.mark.slow
 def test_a_batch_that_crashed_before_bronze_lands_once_after_a_checkpoint_reset(
         instance_env, spark):
     """The batch's quarantine and late appends committed, then it died before its bronze commit
