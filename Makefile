@@ -31,7 +31,7 @@ else
 $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
 endif
 
-.PHONY: setup system-deps materialize kafka-up kafka-down demo test test-unit ui stream bench bench-stages bench-steps bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
+.PHONY: setup system-deps materialize kafka-up kafka-down demo test test-unit ui stream bench bench-guard bench-stages bench-steps bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down registry-up registry-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down cluster-connect-down demo-cluster ui-cluster test-cluster test-cluster-run \
 	observe-up observe-down daily-metrics dashboards test-alerts test-long spark-up spark-down \
@@ -227,6 +227,7 @@ test-cluster-run: setup
 # alerts end to end (tests/alerts: the service, Prometheus, Alertmanager; `make test-alerts`) and
 # the `long` tests (`make test-long`: the multi-pipeline service and its crash).
 test: setup lint kafka-up class-archive
+	$(PY) -m bench.guard
 	SUITE_TIER=test $(PY) -m pytest --ignore=tests/cluster --ignore=tests/alerts -m "not long" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The tests that need no JVM, no broker and no server (tests/unit), on the xdist workers: under a
@@ -282,6 +283,12 @@ bench-service: setup kafka-up class-archive
 # (bench.step_costs), and one step's variants A/B in the JVM's CPU seconds (bench.step_ab:
 # STEP_AB=bronze|windows).
 STEP_AB ?= bronze
+# The guard on the engine's price (`make test` runs it first): the service's steps against the
+# hand-written query's on one cached frame, failing 15% above the ratio in bench/guard.json
+# (bench.guard: GUARD_EVENTS=100000, GUARD_ROUNDS=7; `--record` moves the ratio).
+bench-guard: setup
+	$(PY) -m bench.guard
+
 bench-steps: setup
 	$(PY) -m bench.step_costs
 	$(PY) -m bench.step_ab $(STEP_AB)

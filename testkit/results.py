@@ -4,9 +4,23 @@ file per run, never overwritten (the docs cite them by name)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+
+
+def commit_of() -> str:
+    """The checkout's short commit, `-dirty` when tracked files differ from it."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                             capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=REPO, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "") or "unknown"
 
 
 def write_result(kind: str, result: dict) -> Path:

@@ -9,27 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
+from testkit.results import REPO, RESULTS, commit_of
 
 _tests: dict[str, dict] = {}
 _started = {"wall": 0.0, "at": "", "commit": ""}
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                             capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=REPO, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "") or "unknown"
 
 
 def _controller(config) -> bool:
@@ -40,7 +27,7 @@ def pytest_sessionstart(session):
     _started["wall"] = time.monotonic()
     _started["at"] = datetime.now(UTC).isoformat(timespec="seconds")
     if os.environ.get("SUITE_TIER") and _controller(session.config):
-        _started["commit"] = _commit()  # the code the run started on
+        _started["commit"] = commit_of()  # the code the run started on
 
 
 def pytest_runtest_logreport(report):
