@@ -1,6 +1,6 @@
 """The guard on the engine's price, run by `make test`: the service's steps of one batch (parse
 and classify, bronze's write, the dedup against the earlier batches' ids and the windows, the
-ids chunk: `bench.step_costs.SERVICE_STEPS`) against the hand-written live query's `from_json` +
+ids chunk: `testkit.step_prices.SERVICE_STEPS`) against the hand-written live query's `from_json` +
 windows, on the same cached frame in one process, in interleaved rounds (after three that are
 not priced, while the JVM compiles). Priced in the driver JVM's CPU seconds (local mode: the
 executors' threads are in it), which a loaded machine distorts much less than wall time (the
@@ -25,34 +25,11 @@ import statistics
 import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 from bench import write_result
-from bench.step_costs import PEER_STEP, SERVICE_STEPS, Bench
+from bench.step_costs import Bench
 from testkit.results import commit_of
-
-RECORDED = Path(__file__).with_name("guard.json")
-
-
-def ratios(measured: list[dict]) -> list[float]:
-    """Each round's service JVM CPU seconds over the peer's (for the record)."""
-    return [sum(r["cpu"][s] for s in SERVICE_STEPS) / r["cpu"][PEER_STEP] for r in measured]
-
-
-def ratio(measured: list[dict]) -> float:
-    """The sum of the service's steps' median JVM CPU seconds over the peer's median: a spike in
-    one step of one round (a GC, a compile) moves one median by one rank, not a round's ratio."""
-    def median(step: str) -> float:
-        return statistics.median(r["cpu"][step] for r in measured)
-
-    return sum(median(s) for s in SERVICE_STEPS) / median(PEER_STEP)
-
-
-def verdict(measured: list[dict], recorded: float, tolerance: float) -> dict:
-    ratio_ = ratio(measured)
-    limit = recorded * (1 + tolerance)
-    return {"service_to_peer": round(ratio_, 3), "recorded": recorded,
-            "limit": round(limit, 3), "passed": ratio_ <= limit}
+from testkit.step_prices import PEER_STEP, RECORDED, SERVICE_STEPS, ratios, verdict
 
 
 def main(argv: list[str]) -> int:

@@ -29,11 +29,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 from bench import handwritten, write_result  # noqa: E402
 from lakehouse.config.settings import Settings  # noqa: E402
 from testkit.generator import GeneratorConfig, generate  # noqa: E402
-
-# The service's steps of one batch, in its order, on one cache of the classified frame.
-SERVICE_STEPS = ("classify + cache + counts", "bronze write (from the cache)",
-                 "dedup against earlier ids + windows (from the cache)", "ids chunk (from the cache)")
-PEER_STEP = "hand-written peer: from_json + windows"
+from testkit.step_prices import PEER_STEP, SERVICE_STEPS  # noqa: E402
 
 
 def _raw_frame(spark, n: int, now: datetime | None = None):

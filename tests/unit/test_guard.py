@@ -5,8 +5,7 @@ ratio names the run it came from."""
 import json
 from pathlib import Path
 
-from bench.guard import RECORDED, verdict
-from bench.step_costs import PEER_STEP, SERVICE_STEPS
+from testkit.step_prices import PEER_STEP, RECORDED, SERVICE_STEPS, verdict
 
 REPO = Path(__file__).resolve().parents[2]
 
