@@ -272,7 +272,7 @@ bench: setup kafka-up class-archive
 bench-stages: setup kafka-up class-archive
 	$(PY) -m bench.run
 
-# The service next to two live window queries written by hand (naive, tuned), interleaved, at
+# The service next to three live queries written by hand (naive, tuned, medallion), interleaved, at
 # 20,000 and 5,000 events/s (bench.service_peers: BENCH_SERVICE_ROUNDS=3, BENCH_SERVICE_WARMUP=90,
 # BENCH_SERVICE_SECONDS=180); BENCH_KNEE=1 adds each one's knee (=only: the knee alone);
 # BENCH_SERVICE_ALONE=1 (or service_run's options): the service alone (bench.service_run).

@@ -12,6 +12,10 @@ event_time, value`, or a spec's fields (the schema a user would give `from_json`
   `from_json` -> watermark -> 1-minute windows -> Delta in complete mode, 1 s trigger, in a Spark
   application of its own: naive (Spark's defaults) or tuned (`LIVE_TUNED_CONF`: RocksDB state
   with changelog checkpointing, 2 shuffle partitions, adaptive execution off).
+- `medallion_job` (the third live peer): the tuned application running two queries, one landing
+  every typed record with its Kafka coordinates in a bronze Delta table (append, by date), one
+  the windows of the first copy of each `event_id` (`dropDuplicatesWithinWatermark`) in complete
+  mode: the product's guarantees minus the quarantine, the late lane and the proof.
 - `batch_job` (the replay's peer): a date's offset range read from Kafka, parsed, deduplicated
   by `event_id`, windowed, written with a `replaceWhere` of the date.
 None does the product's other work (exact-decimal validation and quarantine with reasons, the
@@ -207,6 +211,27 @@ def live_job(spark: SparkSession, settings: Settings, out: str, checkpoint: str,
     source = _kafka(spark.readStream, settings).load()
     return (_windows_of(events(source, settings.shape).withWatermark(
                 "event_time", spark_interval(settings.watermark_delay)), settings)
+            .writeStream.format("delta").outputMode("complete")
+            .option("checkpointLocation", checkpoint).trigger(processingTime=trigger)
+            .start(out))
+
+
+def medallion_job(spark: SparkSession, settings: Settings, out: str, checkpoint: str,
+                  trigger: str = "1 second"):
+    """The hand-written medallion: bronze (every typed record with its topic, partition, offset
+    and broker time, appended by `event_date` to `out`_bronze) and the live windows of the first
+    copy of each event id within the watermark (complete mode into `out`), two queries of one
+    application, each `trigger`. Returns the windows query (the one probed)."""
+    source = _kafka(spark.readStream, settings).load()
+    typed = events(source, settings.shape)
+    (typed.withColumn("topic", F.lit(settings.events_topic))
+     .withColumn("event_date", F.to_date("event_time"))
+     .writeStream.format("delta").outputMode("append").partitionBy("event_date")
+     .option("checkpointLocation", f"{checkpoint}_bronze").trigger(processingTime=trigger)
+     .start(f"{out}_bronze"))
+    deduplicated = (typed.withWatermark("event_time", spark_interval(settings.watermark_delay))
+                    .dropDuplicatesWithinWatermark(["event_id"]))
+    return (_windows_of(deduplicated, settings)
             .writeStream.format("delta").outputMode("complete")
             .option("checkpointLocation", checkpoint).trigger(processingTime=trigger)
             .start(out))

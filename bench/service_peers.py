@@ -10,10 +10,13 @@ JVM), on a fresh topic and lakehouse root per run:
 - `naive`: Kafka -> `from_json` -> 30 s watermark -> 1-minute windows by key -> Delta sink in
   complete mode, 1 s trigger; Spark's defaults (`handwritten.live_conf`);
 - `tuned`: the same with RocksDB state and changelog checkpointing, 2 shuffle partitions,
-  adaptive execution off (`handwritten.LIVE_TUNED_CONF`).
+  adaptive execution off (`handwritten.LIVE_TUNED_CONF`);
+- `medallion`: the tuned application landing every typed record in bronze as well and counting
+  the first copy of each `event_id` (`handwritten.medallion_job`): the same guarantees as the
+  service but the quarantine, the late lane and the proof.
 
 Freshness: for each rate of BENCH_SERVICE_RATES (default "20000,5000"), BENCH_SERVICE_ROUNDS
-(3) rounds of service, naive, tuned, interleaved; each run a warm-up of BENCH_SERVICE_WARMUP
+(3) rounds of the systems, interleaved; each run a warm-up of BENCH_SERVICE_WARMUP
 (90) s at the rate, then BENCH_SERVICE_SECONDS (180) s whose probes are counted (every one:
 `missing` = never seen within BENCH_SERVICE_DRAIN (120) s after the producer stopped).
 Reported: each run, the medians of the rounds per system and rate, and the ratio service p95 /
@@ -30,7 +33,7 @@ a peer: the end offsets of its newest committed batch in its checkpoint's offset
 BENCH_KNEE_FLAT (0.01) x the rate per second. A system's knee: the highest rate of the sweep
 below its first rate that is not flat (the sweep of that system stops there).
 
-BENCH_SERVICE_SYSTEMS (default "service,naive,tuned") picks the systems. BENCH_SERVICE_ALONE=1,
+BENCH_SERVICE_SYSTEMS (default "service,naive,tuned,medallion") picks the systems. BENCH_SERVICE_ALONE=1,
 or any of service_run's own options (BENCH_SERVICE_PIPELINES, _REPLAY_EVENTS, _BREAKDOWN), runs
 bench/service_run.py instead: the service alone, BENCH_SERVICE_RATE, no warm-up.
 Results: bench/results/<kind>-<date>.json, kind "service-peers" ("service-knee" for
@@ -57,12 +60,12 @@ from lakehouse.config.settings import Settings  # noqa: E402
 from lakehouse.kafka.admin import consumer_lag, ensure_topic, topic_offsets  # noqa: E402
 from lakehouse.kafka.topic_status import processed_offsets  # noqa: E402
 
-SYSTEMS = ("service", "naive", "tuned")
+SYSTEMS = ("service", "naive", "tuned", "medallion")
 # Any of these set: the service alone (bench/service_run.py and its options).
 ALONE = ("BENCH_SERVICE_ALONE", "BENCH_SERVICE_PIPELINES", "BENCH_SERVICE_REPLAY_EVENTS",
          "BENCH_SERVICE_BREAKDOWN")
 READY = {"service": "SIGTERM to stop", "naive": "peer query started",
-         "tuned": "peer query started"}
+         "tuned": "peer query started", "medallion": "peer query started"}
 
 
 def checkpoint_offsets(checkpoint: Path, topic: str) -> dict[int, int]:
@@ -285,7 +288,9 @@ def knee(systems: list[str], rates: list[int], seconds: int, every: float, flat:
     if "service" in knees and peers:
         better = max(peers, key=lambda n: knees[n]["knee"])
         ratio = {"better_peer": better, "service_knee_over_better_peer_knee": round(
-            (knees["service"]["knee"] or 0) / knees[better]["knee"], 2)}
+            (knees["service"]["knee"] or 0) / knees[better]["knee"], 2),
+            **{f"service_knee_over_{n}_knee": round(
+                (knees["service"]["knee"] or 0) / knees[n]["knee"], 2) for n in peers}}
     return {"flat_means": f"lag slope over the last two thirds < {flat} x rate per second",
             "seconds": seconds, "warmup_s": warmup, "sample_every_s": every, "runs": points, "knees": knees,
             "ratio": ratio}
@@ -297,11 +302,12 @@ def run_peer(name: str, out: str, checkpoint: str) -> None:
 
     settings = Settings.from_env()
     builder = SparkSession.builder
-    for key, value in handwritten.live_conf(settings, name == "tuned").items():
+    for key, value in handwritten.live_conf(settings, name != "naive").items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    query = handwritten.live_job(spark, settings, out, checkpoint)
+    job = handwritten.medallion_job if name == "medallion" else handwritten.live_job
+    query = job(spark, settings, out, checkpoint)
     print("peer query started", flush=True)
     query.awaitTermination()
 
@@ -331,7 +337,8 @@ def main() -> int:
         "machine": f"{os.cpu_count()} cores",
         "systems": systems,
         "peer_conf": {"naive": "Spark defaults (jars, Delta, UTC, 4g driver)",
-                      "tuned": handwritten.LIVE_TUNED_CONF},
+                      "tuned": handwritten.LIVE_TUNED_CONF,
+                      "medallion": "tuned, with bronze and dropDuplicatesWithinWatermark"},
         "trigger": env("BENCH_SERVICE_TRIGGER", "1 second"),
     }
     if knee_mode != "only":
