@@ -42,7 +42,8 @@ def _bronze(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[]
                         F.lit(0).cast("long").alias("bronze_batch_id"))
     made = [0]
 
-    def table(properties: dict[str, str], options: dict[str, str] | None = None):
+    def table(properties: dict[str, str], options: dict[str, str] | None = None,
+              conf: dict[str, str] | None = None):
         made[0] += 1
         path = f"{tmp}/bronze-{made[0]}"
         props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
@@ -50,10 +51,20 @@ def _bronze(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[]
                   f"(event_date)" + (f" TBLPROPERTIES ({props})" if props else ""))
 
         def run():
-            writer = rows.write.format("delta").mode("append")
-            for k, v in (options or {}).items():
-                writer = writer.option(k, v)
-            writer.save(path)
+            kept = {k: spark.conf.get(k, None) for k in (conf or {})}
+            for k, v in (conf or {}).items():
+                spark.conf.set(k, v)
+            try:
+                writer = rows.write.format("delta").mode("append")
+                for k, v in (options or {}).items():
+                    writer = writer.option(k, v)
+                writer.save(path)
+            finally:
+                for k, v in kept.items():
+                    if v is None:
+                        spark.conf.unset(k)
+                    else:
+                        spark.conf.set(k, v)
         return run
 
     catalog = {STATS_COLUMNS: ",".join(BRONZE.stats_columns)}
@@ -62,6 +73,11 @@ def _bronze(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[]
         "statistics of the catalog's columns": lambda: table(catalog),
         "no statistics": lambda: table({"delta.dataSkippingNumIndexedCols": "0"}),
         "catalog's columns, zstd": lambda: table(catalog, {"compression": "zstd"}),
+        # A task writing several dates' files at once instead of sorting its rows by date first.
+        "catalog's columns, concurrent writers (no sort by date)": lambda: table(
+            catalog, conf={"spark.sql.maxConcurrentOutputFileWriters": "4"}),
+        "catalog's columns, TIMESTAMP_MICROS": lambda: table(
+            catalog, conf={"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}),
         # A unique column's dictionary is built, overflows the page, and is thrown away.
         "catalog's columns, no dictionary for the unique columns": lambda: table(
             catalog, {f"parquet.enable.dictionary#{c}": "false"

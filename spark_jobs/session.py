@@ -136,6 +136,11 @@ def spark_conf(settings: Settings, short_run: bool = False,
         # for a small table on 2 cores).
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(settings.shuffle_partitions),
         "spark.sql.chunkBase64String.enabled": "false",  # quarantine raw bytes on one line
+        # Timestamps written as Parquet's TIMESTAMP_MICROS, not the legacy INT96: bronze's append
+        # ~13% cheaper a record (10.10 against 11.65 µs CPU, 200k events,
+        # bench/results/step-ab-bronze-2026-12-02T080243.json); Spark, delta-rs and polars read
+        # both, so older files stay readable beside new ones.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
         "spark.sql.streaming.metricsEnabled": "false",
@@ -164,6 +169,7 @@ def spark_conf(settings: Settings, short_run: bool = False,
 CONNECT_SESSION_KEYS = (
     "spark.sql.session.timeZone", "spark.sql.adaptive.enabled",
     "spark.sql.inMemoryColumnarStorage.compressed", "spark.sql.chunkBase64String.enabled",
+    "spark.sql.parquet.outputTimestampType",
     "spark.sql.streaming.metricsEnabled", "spark.sql.streaming.numRecentProgressUpdates",
     "spark.databricks.delta.schema.autoMerge.enabled",
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed",
