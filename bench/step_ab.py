@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from bench import write_result  # noqa: E402
-from bench.step_costs import _raw_frame  # noqa: E402
+from bench.step_costs import _raw_frame, jvm_cpu_s, jvm_pid  # noqa: E402
 from lakehouse.config.settings import Settings  # noqa: E402
 
 
@@ -275,12 +275,10 @@ def main() -> int:
         *valid_columns(settings.shape)).cache()
     valid.count()
     variants = EXPERIMENTS[experiment](spark, settings, valid, tmp)
-    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
-    tick = os.sysconf("SC_CLK_TCK")
+    pid = jvm_pid(spark)
 
     def cpu_s() -> float:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / tick
+        return jvm_cpu_s(pid)
 
     seconds: dict[str, list[float]] = {k: [] for k in variants}
     walls: dict[str, list[float]] = {k: [] for k in variants}

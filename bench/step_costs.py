@@ -54,6 +54,19 @@ def _raw_frame(spark, n: int, now: datetime | None = None):
     return spark.createDataFrame(rows, schema).repartition(2).cache()
 
 
+def jvm_pid(spark) -> int:
+    """The driver JVM's process id."""
+    return spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+
+
+def jvm_cpu_s(pid: int) -> float:
+    """Process `pid`'s CPU seconds so far (/proc utime + stime): for the driver JVM, which a
+    loaded machine distorts much less than wall time (local mode: the executors' threads are
+    in it)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _earlier_ids(spark, n: int, now: datetime, chunks: int = 3):
     """A `RecentIds` holding `n` ids above the watermark in `chunks` checkpointed chunks, as the
     service holds them between batches; 1% of the frame's ids among them (copies re-sent)."""
@@ -105,13 +118,10 @@ class Bench:
 
     @cached_property
     def jvm_pid(self) -> int:
-        return self.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+        return jvm_pid(self.spark)
 
     def cpu_s(self) -> float:
-        """The driver JVM's CPU seconds so far (/proc utime + stime): a loaded machine distorts
-        them much less than wall time (local mode: the executors' threads are in it)."""
-        fields = Path(f"/proc/{self.jvm_pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return jvm_cpu_s(self.jvm_pid)
 
     def close(self) -> None:
         self.earlier.clear()
