@@ -25,78 +25,60 @@ def window(spark, count: int | None):
     return spark.createDataFrame(rows, schema)
 
 
-def test_a_removed_window_that_comes_back_continues_its_revisions(spark, tmp_path):
-    from lakehouse.config.settings import Settings
-
-    settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
-    ensure_tables(spark, settings)
-    scope = window(spark, 1).select("window_start", "key")
-
-    def run(count: int | None):
-        publish(spark, settings, D, window(spark, count), scope, "run", CorrectionResult(D))
-        gold = read_table(spark, settings, RECONCILED).collect()
-        changelog = {r.revision: r.after_event_count
-                     for r in read_table(spark, settings, CORRECTIONS).collect()}
-        return ([(r.revision, r.event_count) for r in gold], changelog)
-
-    assert run(1) == ([(0, 1)], {})
-    assert run(None) == ([], {1: None})  # removed: revision 1
-    assert run(2) == ([(2, 2)], {1: None, 2: 2})  # back: revision 2, not 0
-    assert run(3) == ([(3, 3)], {1: None, 2: 2, 3: 3})  # its next correction: 3, nothing lost
-
-    # A gold row deleted outside the pipeline: the re-insert restores its revision, and the
-    # changelog keeps what it had (a revision, once logged, is not rewritten).
-    spark.sql(f"DELETE FROM delta.`{settings.table_path(RECONCILED.name)}`")
-    assert run(3) == ([(3, 3)], {1: None, 2: 2, 3: 3})
-
-
-def test_a_run_that_died_after_its_gold_commit_is_logged_by_the_next_run(
+def test_revisions_go_on_across_a_removal_a_run_that_died_and_a_delete_outside(
         spark, tmp_path, monkeypatch):
     import sys
 
     from lakehouse.config.settings import Settings
+    from lakehouse.tables import delta_log
     from spark_jobs.corrections import changelog
     from spark_jobs.corrections.state import latest_state, save_state
+    from spark_jobs.tables import tagged_commits
 
     settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
     ensure_tables(spark, settings)
     scope = window(spark, 1).select("window_start", "key")
 
-    def gold_version():
-        from lakehouse.tables import delta_log
-        return delta_log.version(settings, RECONCILED.name)
+    def gold():
+        return [(r.revision, r.event_count) for r in read_table(spark, settings, RECONCILED).collect()]
 
     def changelog_rows():
         return {r.revision: (r.before_event_count, r.after_event_count, r.run_id)
                 for r in read_table(spark, settings, CORRECTIONS).collect()}
 
     def completed_run(count, run_id):
-        v = gold_version()
-        from spark_jobs.tables import tagged_commits
+        v = delta_log.version(settings, RECONCILED.name)
         with tagged_commits(spark, f"incremental:{D.isoformat()}:{run_id}"):
             publish(spark, settings, D, window(spark, count), scope, run_id, CorrectionResult(D))
         save_state(spark, settings, D, 0, v, "incremental", run_id)
 
     completed_run(1, "r1")
-    completed_run(None, "r2")  # a removal, logged: revision 1
-    assert changelog_rows() == {1: (1, None, "r2")}
+    assert gold() == [(0, 1)] and changelog_rows() == {}
+    completed_run(None, "r2")  # removed: revision 1, logged
+    assert gold() == [] and changelog_rows() == {1: (1, None, "r2")}
 
-    # r3 re-inserts the window (revision 2) in gold and dies before its changelog commit and its
-    # state row.
+    # r3 re-inserts the window, at revision 2 (not 0: the changelog of its earlier life is never
+    # overwritten), and dies after its gold commit, before its changelog commit and state row.
     monkeypatch.setattr(sys.modules["spark_jobs.corrections.publish"], "log_published",
                         lambda *a, **k: 0)
-    from spark_jobs.tables import tagged_commits
     with tagged_commits(spark, f"incremental:{D.isoformat()}:r3"):
-        publish(spark, settings, D, window(spark, 3), scope, "r3", CorrectionResult(D))
+        publish(spark, settings, D, window(spark, 2), scope, "r3", CorrectionResult(D))
     monkeypatch.undo()
-    gold = read_table(spark, settings, RECONCILED).collect()
-    assert [(r.revision, r.event_count) for r in gold] == [(2, 3)]
+    assert gold() == [(2, 2)]
     assert changelog_rows() == {1: (1, None, "r2")}  # never ahead of gold
 
     # The date's next run logs r3's correction from gold's change feed, once.
     state = latest_state(settings, D)
     assert changelog.repair(spark, settings, D, state) == 1
     assert changelog.repair(spark, settings, D, state) == 0
-    assert changelog_rows() == {1: (1, None, "r2"), 2: (None, 3, "r3")}
-    completed_run(4, "r4")  # and revisions go on from there
-    assert changelog_rows() == {1: (1, None, "r2"), 2: (None, 3, "r3"), 3: (3, 4, "r4")}
+    assert changelog_rows() == {1: (1, None, "r2"), 2: (None, 2, "r3")}
+    completed_run(3, "r4")  # and revisions go on from there
+    assert gold() == [(3, 3)]
+    assert changelog_rows() == {1: (1, None, "r2"), 2: (None, 2, "r3"), 3: (2, 3, "r4")}
+
+    # A gold row deleted outside the pipeline: the re-insert restores its revision, and the
+    # changelog keeps what it had (a revision, once logged, is not rewritten).
+    spark.sql(f"DELETE FROM delta.`{settings.table_path(RECONCILED.name)}`")
+    completed_run(3, "r5")
+    assert gold() == [(3, 3)]
+    assert changelog_rows() == {1: (1, None, "r2"), 2: (None, 2, "r3"), 3: (2, 3, "r4")}
