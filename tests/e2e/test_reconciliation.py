@@ -198,15 +198,20 @@ def test_tampered_bronze_record_fails_the_check_and_reprocessing_the_date_repair
                       set={"value": F.lit(victim.value)})
 
 
-def test_records_arriving_after_a_corrections_run_wait_for_the_next_one_not_fail_the_proof(
+def test_records_arriving_after_a_corrections_run_wait_for_the_next_one_and_two_at_once_serialize(
         published, spark):
     """The replay reads the log prefix the gold rows were computed from (a bronze version's
     stamped Kafka offsets), so new records of the date never race the blocking check; a replay
-    of another prefix than gold's fails the check naming both."""
+    of another prefix than gold's fails the check naming both. Two corrections of the date
+    started together then (a sensor run and a schedule run, say): the per-date lock makes one
+    wait for the other, no revision is logged twice, and gold equals the replay afterwards."""
+    import threading
+    from collections import Counter
     from datetime import time, timedelta
 
     from lakehouse.tables import delta_log
     from lakehouse.tables.catalog import BRONZE
+    from spark_jobs.corrections import run_corrections
     from spark_jobs.replay import run_replay
     from testkit.generator import GeneratorConfig, generate, produce
 
@@ -214,11 +219,14 @@ def test_records_arriving_after_a_corrections_run_wait_for_the_next_one_not_fail
     events_before = sum(read(settings, "reconciled_aggregates", d)["event_count"].to_pylist())
     gold_state = max(read(settings, "corrections_state", d).to_pylist(),
                      key=lambda r: r["updated_at"])["bronze_version"]
-    new = generate(GeneratorConfig(
-        count=30, seed=404, end=past_time_of(d, time(23, 0)),
-        span=timedelta(minutes=20), malformed_fraction=0, duplicate_fraction=0,
-        late_fraction=0)).records
-    produce(settings, new)
+    quiet = {"malformed_fraction": 0, "duplicate_fraction": 0, "late_fraction": 0}
+    new = generate(GeneratorConfig(count=30, seed=404, end=past_time_of(d, time(23, 0)),
+                                   span=timedelta(minutes=20), **quiet)).records
+    first = min(read(settings, "reconciled_aggregates", d)["window_start"].to_pylist())
+    late = generate(GeneratorConfig(  # behind the watermark: late, into published windows
+        count=40, seed=88, end=first.astimezone(UTC) + timedelta(minutes=30), keys=6,
+        span=timedelta(minutes=30), **quiet)).records
+    produce(settings, new + late)
 
     def verify():
         result, checks = run_job("verify_dates", instance, partition_key=d.isoformat())
@@ -253,14 +261,36 @@ def test_records_arriving_after_a_corrections_run_wait_for_the_next_one_not_fail
     assert positions["reconciled_from_bronze_version"] == gold_state < newest
     assert positions["replayed_by_run"] == "by-hand"
 
+    # Two corrections runs of the date at once: one waits, and finds the work done.
+    results, errors = {}, []
+
+    def correct(name):
+        try:
+            results[name] = run_corrections(spark, settings, d, run_id=name)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=correct, args=(n,)) for n in ("first", "second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    assert not errors and len(results) == 2
+    changed = sorted(r.corrected + r.inserted for r in results.values())
+    assert changed[0] == 0 and changed[1] > 0
+    log = read(settings, "late_corrections", d).to_pylist()
+    revisions = Counter((c["window_start"], c["key"], c["revision"]) for c in log)
+    assert max(revisions.values()) == 1  # no revision logged twice
+
     result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
     check = reconciliation_check(checks)
     assert result.success and check.passed
+    assert gold_metadata(result)["windows_corrected"].value == 0  # nothing left to correct
     positions = check.metadata["log_positions"].value[d.isoformat()]
     assert positions["reconciled_from_bronze_version"] == positions["replay_up_to_bronze_version"]
     assert positions["reconciled_from_bronze_version"] > gold_state
     events_after = sum(read(settings, "reconciled_aggregates", d)["event_count"].to_pylist())
-    assert events_after - events_before == len(new)  # every new event applied, once
+    assert events_after - events_before == len(new) + len(late)  # every new event applied, once
     assert compare_tables(settings, d) == 0
     published.proven()  # left reconciled and proven
 
@@ -333,46 +363,3 @@ def test_a_topic_cut_by_retention_is_reported_incomplete_never_proven(
         why = str([e.event_specific_data for e in result.all_events
                    if e.event_type_value == "STEP_FAILURE"])
         assert "retention cut the log" in why
-
-
-def test_two_corrections_runs_of_one_date_at_once_are_serialized(published, spark):
-    """Two corrections of one date started together (a sensor run and a schedule run, say):
-    the per-date lock makes one wait for the other, no revision is logged twice, and gold
-    equals the replay afterwards."""
-    import threading
-    from collections import Counter
-
-    from spark_jobs.corrections import run_corrections
-    from testkit.generator import GeneratorConfig, generate, produce
-
-    settings, instance, d = published
-    first = min(read(settings, "reconciled_aggregates", d)["window_start"].to_pylist())
-    produce(settings, generate(GeneratorConfig(
-        count=40, seed=88, end=first.astimezone(UTC) + timedelta(minutes=30), keys=6,
-        span=timedelta(minutes=30), malformed_fraction=0, duplicate_fraction=0,
-        late_fraction=0)).records)  # behind the watermark: late, into published windows
-    result, _ = run_job("stream_catch_up", instance)
-    assert result.success
-    results, errors = {}, []
-
-    def correct(name):
-        try:
-            results[name] = run_corrections(spark, settings, d, run_id=name)
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=correct, args=(n,)) for n in ("first", "second")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(600)
-    assert not errors and len(results) == 2
-    changed = sorted(r.corrected + r.inserted for r in results.values())
-    assert changed[0] == 0 and changed[1] > 0  # the one that waited found the work done
-    log = read(settings, "late_corrections", d).to_pylist()
-    revisions = Counter((c["window_start"], c["key"], c["revision"]) for c in log)
-    assert max(revisions.values()) == 1
-    result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
-    assert result.success and reconciliation_check(checks).passed
-    assert gold_metadata(result)["windows_corrected"].value == 0
-    published.proven()  # left reconciled and proven
