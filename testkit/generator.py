@@ -80,6 +80,17 @@ def end_across_midnight(now: datetime, after: timedelta = timedelta(hours=2),
     return min(now - margin, midnight + after)
 
 
+def end_within_one_date(now: datetime, span: timedelta,
+                        margin: timedelta = timedelta(minutes=10)) -> datetime:
+    """An end for generated data of `span` that stays on one UTC date, all of it at least
+    `margin` before `now`: `now - margin`, or 23:50 of the date before when `span` back from
+    there would cross the newest midnight."""
+    end = now.astimezone(UTC) - margin
+    if end - span < datetime.combine(end.date(), datetime.min.time(), tzinfo=UTC):
+        end = (end - timedelta(days=1)).replace(hour=23, minute=50)
+    return end
+
+
 def _iso(t: datetime, rnd: random.Random) -> str | int:
     if rnd.random() < 0.2:
         return int(t.timestamp() * 1000)  # epoch milliseconds

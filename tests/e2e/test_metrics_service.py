@@ -46,7 +46,8 @@ def test_service_serves_metrics(instance_env, spark, tmp_path):
         dagster_asset_materialize_succeeds_while_the_service_streams,
         ten_catch_up_ticks_skip_naming_the_service,
     )
-    from test_service import start_service, wait_for
+
+    from testkit.faults import start_service, wait_for
 
     settings = instance_env
     port = free_port()

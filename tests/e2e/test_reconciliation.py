@@ -27,12 +27,12 @@ from lakehouse.tables.reads import compare_tables, read
 def instance_of_module(tmp_path_factory, kafka_bootstrap, spark):
     """A published instance of this module's own: one date, duplicates and malformed records
     in one catch-up (the tests add late events of their own)."""
-    from testkit.generator import GeneratorConfig
+    from testkit.generator import GeneratorConfig, end_within_one_date
 
     with pipeline_env(tmp_path_factory.mktemp("recon"), kafka_bootstrap, "recon") as settings:
-        end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=10)
-        if end.hour < 3:  # keep the module on one date (yesterday's last hours), all past
-            end = (end - timedelta(days=1)).replace(hour=23, minute=50)
+        # One date (yesterday's last hours in the first of today's), all past.
+        end = end_within_one_date(datetime.now(UTC).replace(second=0, microsecond=0),
+                                  timedelta(hours=2))
         cfg = GeneratorConfig(count=1500, seed=23, end=end, span=timedelta(hours=2), keys=6,
                               late_fraction=0.05, duplicate_fraction=0.04,
                               malformed_fraction=0.02)

@@ -14,15 +14,7 @@ from reference import aggregate, dedup, rows_of
 from lakehouse.tables.locks import CheckpointBusy
 from lakehouse.tables.reads import read
 from spark_jobs import stream
-from testkit.faults import (  # noqa: F401
-    in_flight,
-    kill_in_flight,
-    kill_inside_batch,
-    next_batch,
-    running_service,
-    start_service,
-    wait_for,
-)
+from testkit.faults import kill_inside_batch, next_batch, running_service, wait_for
 from testkit.generator import GeneratorConfig, generate, produce
 
 

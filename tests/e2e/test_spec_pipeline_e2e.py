@@ -81,7 +81,7 @@ def clash(tmp_path_factory, kafka_bootstrap):
     from lakehouse.config.env import overridden
     from lakehouse.config.settings import Settings
     from lakehouse.specs.pipeline import defs_dir, load_spec
-    from testkit.generator import GeneratorConfig, produce
+    from testkit.generator import GeneratorConfig, end_within_one_date, produce
     from testkit.spec_events import generate_for_spec
 
     tmp = tmp_path_factory.mktemp("clash")
@@ -103,9 +103,8 @@ def clash(tmp_path_factory, kafka_bootstrap):
         assert settings.root == f"{lake}/clash"
         # One date (what crosses a midnight: tests/e2e/test_spec_generations_e2e.py, the
         # default pipeline's scenario), all of it past.
-        end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=10)
-        if end.hour < 4:
-            end = (end - timedelta(days=1)).replace(hour=23, minute=50)
+        end = end_within_one_date(datetime.now(UTC).replace(second=0, microsecond=0),
+                                  timedelta(hours=4))
         records = generate_for_spec(spec, GeneratorConfig(
             count=900, seed=37, end=end, span=timedelta(hours=4), late_fraction=0.08,
             duplicate_fraction=0.04, malformed_fraction=0.03)).records

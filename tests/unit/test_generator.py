@@ -62,3 +62,15 @@ def test_the_scenario_spans_a_midnight_at_any_hour_near_midnight_included():
             # at least 10 minutes of data on the later date
             later = datetime.combine(end.astimezone(UTC).date(), datetime.min.time(), tzinfo=UTC)
             assert end - later >= timedelta(minutes=10), (now, end)
+
+
+def test_an_end_within_one_date_keeps_the_span_on_one_date_and_in_the_past():
+    from datetime import UTC, datetime, timedelta
+
+    from testkit.generator import end_within_one_date
+
+    for hour, minute in ((0, 5), (1, 59), (3, 30), (4, 30), (12, 0), (23, 59)):
+        now = datetime(2026, 12, 2, hour, minute, tzinfo=UTC)
+        end = end_within_one_date(now, timedelta(hours=4))
+        assert end <= now - timedelta(minutes=10)
+        assert (end - timedelta(hours=4)).date() == end.date(), (now, end)
