@@ -578,11 +578,11 @@ _SPARK_55271 = 'because the return value of "scala.Option.get()" is null'
 MAX_RESTARTS = 3
 
 
-def is_known_restart_bug(exc: BaseException | None) -> bool:
+def is_known_restart_bug(exc: BaseException | str | None) -> bool:
     return exc is not None and _SPARK_55271 in str(exc)
 
 
-def schemas_changed(exc: BaseException | None) -> bool:
+def schemas_changed(exc: BaseException | str | None) -> bool:
     """The query stopped before a batch wrote anything because ids it carries were registered
     since the start (`SchemasChanged`): a restart fetches them and re-runs the batch."""
     return exc is not None and SchemasChanged.__name__ in str(exc)

@@ -7,6 +7,7 @@ import random
 import socket
 import sys
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -212,11 +213,30 @@ def schema_registry():
     up = subprocess.run([*cli, "up", *args], capture_output=True, text=True, timeout=300)
     if up.returncode != 0:
         pytest.fail(f"the schema registry did not start: {up.stderr.strip() or up.stdout}")
+    url = up.stdout.split(" on ", 1)[1].split()[0]
+    REGISTRY_PID_FILES[url] = Path(state) / "registry.pid"
     try:
-        yield up.stdout.split(" on ", 1)[1].split()[0]
+        yield url
     finally:
         subprocess.run([*cli, "down", *args], check=False, capture_output=True, timeout=120)
         shutil.rmtree(state, ignore_errors=True)
+
+
+REGISTRY_PID_FILES: dict[str, Path] = {}  # the `schema_registry` fixture's server, by URL
+
+
+@contextmanager
+def registry_hung(url: str) -> Iterator[None]:
+    """The registry at `url` (the `schema_registry` fixture's) hung within the block: SIGSTOPped,
+    so requests to it time out, and its schemas (in memory) are still there after SIGCONT."""
+    import signal
+
+    pid = int(REGISTRY_PID_FILES[url].read_text().split()[0])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 @pytest.fixture()

@@ -5,7 +5,8 @@
 Drills (each prints what it did and what it verified):
   crash        SIGKILLs of the service and of corrections runs at points read from the
                checkpoint and the Delta logs; restarts; then the proof
-  broker       a broker of the drill's own stopped and restarted under a steady producer
+  broker       a broker of the drill's own stopped 3 minutes under 10,000 events/s: the
+               service rides it out, its lag flat within 2 minutes, each offset once, proven
   concurrency  two corrections of one date at once, and a reprocess while the service streams
   bad_input    1,000,000 records, 10% malformed (every reason, giant, binary, deeply nested,
                wrong types): every bad record quarantined with its reason; throughput vs clean

@@ -187,8 +187,13 @@ class StreamMetrics:
             ["query"], registry=r)
         self.batch_failures = Counter(
             "lakehouse_stream_batch_failures",
-            "Times the query failed (it is restarted after Spark's known post-recovery error, "
-            "else its pipeline stops).", ["query"], registry=r)
+            "Times the query failed (the service restarts it from its checkpoint unless a "
+            "restart cannot help: lakehouse_stream_restarts).", ["query"], registry=r)
+        self.restarts = Counter(
+            "lakehouse_stream_restarts",
+            "Restarts of the ingest query the service scheduled after a failure, by reason "
+            "(kafka, registry, delta_conflict, storage, timeout, schemas_changed, unknown, ...).",
+            ["reason"], registry=r)
         self.latency = Histogram(
             "lakehouse_end_to_end_latency_seconds",
             "Per micro-batch: the commit that makes its windows visible in streaming_aggregates "
@@ -217,6 +222,7 @@ class StreamMetrics:
             self.poll_errors.labels(source)
         self._rates: dict[tuple[str, str], float] = {}
         self._lock_held: bool | None = None  # unknown until the runner says
+        self._retrying_s = 0.0
         self._processed_broker_s: float | None = None  # newest broker time committed to bronze
         self._seen_bronze = False  # the first bronze round only positions (no latency sample)
         # Batches in bronze whose aggregates commit is not seen yet: (oldest broker time, bronze
@@ -288,6 +294,16 @@ class StreamMetrics:
 
     def query_failed(self, query: str) -> None:
         self.batch_failures.labels(query).inc()
+
+    def restart_scheduled(self, reason: str, restarting: bool) -> None:
+        """The runner's answer to a failure: a restart (counted by reason), or none."""
+        if restarting:
+            self.restarts.labels(reason).inc()
+
+    def retrying(self, seconds: float) -> None:
+        """How long the current series of failures has lasted (0: none)."""
+        with self._lock:
+            self._retrying_s = seconds
 
     # ---- polling ---------------------------------------------------------------------------
     def _follow(self, name: str) -> LogFollower:
@@ -420,6 +436,7 @@ class StreamMetrics:
             rates = dict(self._rates)
         with self._lock:
             held, reached = self._lock_held, self._processed_broker_s
+            retrying = self._retrying_s
         lag = GaugeMetricFamily(
             "lakehouse_kafka_consumer_lag_records",
             "Kafka end offset minus the ingest query's processed end offset, per partition.",
@@ -461,6 +478,11 @@ class StreamMetrics:
                 if k == kind:
                     rate.add_metric([q], v)
             yield rate
+        yield GaugeMetricFamily(
+            "lakehouse_stream_retrying_seconds",
+            "How long the ingest query has been failing and restarted with backoff (seconds "
+            "since the first failure of the series; 0 once a restarted query ran a batch or "
+            "30 s without failing).", value=retrying)
         yield GaugeMetricFamily(
             "lakehouse_stream_query_active",
             "1 while the pipeline's ingest query runs in the service, 0 once it stopped on an "

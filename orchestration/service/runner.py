@@ -44,18 +44,11 @@ from lakehouse.tables.locks import (
 )
 from lakehouse.tables.progress_reports import BatchReport, as_dict
 from orchestration.service.metrics import exposing, serving
+from orchestration.service.retries import Failure, Retries, classify, first_line
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import RecentIds
 from spark_jobs.session import get_spark
-from spark_jobs.stream import (
-    MAX_RESTARTS,
-    DataLost,
-    TopicReplaced,
-    Trigger,
-    is_known_restart_bug,
-    schemas_changed,
-    start_ingest,
-)
+from spark_jobs.stream import DataLost, TopicReplaced, Trigger, start_ingest
 
 PROGRESS_EVERY_S = 30.0  # stream_progress bookkeeping: at most one commit per this long
 LOCK_LOST = 3  # exit status of a service that lost its writer lock
@@ -103,9 +96,12 @@ class PipelineStream:
         self.metrics = None
         self.query = None
         self.book: _Bookkeeping | None = None
-        self.restarts = 0
+        self.retries = Retries()
+        self.retries_seen = 0  # restarts scheduled in the current series, for the log
+        self.batch_at_restart = -1
         self.lost: WriterLockLost | None = None
-        self.failed = None  # the query that failed, once it did
+        self.failed = None  # the error it stopped on, once it did
+        self.failure: Failure | None = None
 
     def start(self) -> None:
         """Take the lock, start the metrics and the query; on any error release what was taken."""
@@ -141,47 +137,93 @@ class PipelineStream:
             context.setLocalProperty("spark.scheduler.pool", None)
 
     def check(self) -> bool:
-        """One poll: bookkeeping and the query's health. False once the pipeline must stop
-        (its lock lost, its query failed past the known restart bug)."""
+        """One poll: bookkeeping, the query's health, a failed query's restart when its backoff
+        is over (`orchestration.service.retries`). False once the pipeline must stop: its lock
+        lost, a failure a restart cannot help, or one that restarts did not mend."""
         try:
             self.fence.check()  # a lock lost while paused: stop before the query commits again
-            self.book.poll(self.query)
         except WriterLockLost as exc:
             self.lost = exc
             return False
+        if not self.retries.waiting and not self._poll():
+            return False
+        if self.retries.waiting:
+            return self._restart()
         exc = self.query.exception()
         if exc is None and self.query.isActive:
-            self.restarts = 0
+            if self.retries.ran(progressed=self.book.printed > self.batch_at_restart):
+                print(f"{self.name}: ingest: running again after {self.retries_seen} "
+                      "restart(s)", flush=True)
+                self.retries_seen = 0
+            self._report()
             return True
         if lost_lock(exc):
             self.lost = WriterLockLost(next(line.strip() for line in str(exc).splitlines()
                                             if WriterLockLost.__name__ in line)[:500])
             return False
-        if (is_known_restart_bug(exc) or died_silently(self.query)
-                or schemas_changed(exc)) and self.restarts < MAX_RESTARTS:
-            self.restarts += 1
-            if schemas_changed(exc):  # not a failure: new ids registered (start_ingest fetches)
-                print(f"{self.name}: ingest: restarting with the registry's new schemas (the "
-                      "batch had written nothing)", flush=True)
-            else:
-                if self.metrics is not None:
-                    self.metrics.query_failed(INGEST_QUERY)
-                print(f"{self.name}: ingest: restarting after Spark's known post-recovery "
-                      "error (SPARK-55271, or its query thread dying in the Kafka source's "
-                      "progress metrics; the batch had committed)", flush=True)
-            try:
-                self.book.poll(self.query, record=True)
-                self.fence.check()
-            except WriterLockLost as lost:
-                self.lost = lost
-                return False
-            self.query = self._start_query()
-            self.book.recorded = -1
-            return True
-        self.failed = self.query
         if self.metrics is not None:
             self.metrics.query_failed(INGEST_QUERY)
-        return False
+        if not self._poll(record=True):  # the batches the query completed before it failed
+            return False
+        return self._failed(classify(exc, died_silently(self.query)), exc)
+
+    def _poll(self, record: bool = False) -> bool:
+        """The bookkeeping's poll; False when it found the lock lost. A commit of it that met
+        the outage the query is riding out is made at a later poll."""
+        try:
+            self.book.poll(self.query, record=record)
+        except WriterLockLost as exc:
+            self.lost = exc
+            return False
+        except Exception as exc:
+            if classify(exc).kind != "transient":
+                raise
+            print(f"warning: {self.name}: progress not recorded this poll: {first_line(exc)}",
+                  file=sys.stderr, flush=True)
+        return True
+
+    def _failed(self, failure: Failure, exc) -> bool:
+        """Schedule the restart after `failure`, or stop (False) when it cannot help."""
+        delay = self.retries.failed(failure)
+        if self.metrics is not None:
+            self.metrics.restart_scheduled(failure.reason, delay is not None)
+        if delay is None:
+            self.failed = exc if exc is not None else failure.message
+            self.failure = failure
+            return False
+        self.retries_seen += 1
+        if failure.reason == "schemas_changed":  # not a fault: new ids registered
+            print(f"{self.name}: ingest: restarting with the registry's new schemas (the batch "
+                  "had written nothing)", flush=True)
+        else:
+            print(f"{self.name}: ingest: {failure.kind} failure ({failure.reason}): "
+                  f"{failure.message}; restarting from the checkpoint in {delay:.0f} s "
+                  f"(failure {self.retries.attempts}, retrying for "
+                  f"{self.retries.retrying_s():.0f} s)", flush=True)
+        self._report()
+        return self._restart() if delay == 0 else True
+
+    def _restart(self) -> bool:
+        if not self.retries.due():
+            self._report()
+            return True
+        try:
+            self.fence.check()
+            query = self._start_query()
+        except WriterLockLost as lost:
+            self.lost = lost
+            return False
+        except Exception as exc:  # noqa: BLE001 - classified: retried, or the pipeline stops
+            return self._failed(classify(exc), exc)
+        self.query = query
+        self.book.recorded = -1
+        self.batch_at_restart = self.book.printed
+        self.retries.restarted()
+        return True
+
+    def _report(self) -> None:
+        if self.metrics is not None:
+            self.metrics.retrying(self.retries.retrying_s())
 
     def close(self) -> int:
         """Stop the query, record its last progress (unless the lock is lost), release the lock.
@@ -207,9 +249,11 @@ class PipelineStream:
                   flush=True)
             return LOCK_LOST
         if self.failed is not None:
-            why = self.failed.exception() or "its thread ended with no exception (a JVM error, above)"
-            print(f"error: {self.name}: query {self.failed.name} failed: {why}", file=sys.stderr,
-                  flush=True)
+            print(f"error: {self.name}: query {INGEST_QUERY} failed: {self.failed}",
+                  file=sys.stderr, flush=True)
+            if self.failure is not None:
+                print(f"error: {self.name}: {_WHAT_TO_DO.get(self.failure.kind, '')}",
+                      file=sys.stderr, flush=True)
             return 1
         return 0
 
@@ -221,6 +265,16 @@ def _position(metrics) -> str:
         return "the start of its topic or bronze's stamped position"
     return "offsets " + ", ".join(f"{p}:{o}" for p, o in sorted(processed.items()))
 
+
+# The error line's second half, by the kind of failure the pipeline stopped on.
+_WHAT_TO_DO = {
+    "fatal": "a restart cannot mend this: see docs/runbook.md (the pipeline's other queries "
+             "and its checkpoint are untouched)",
+    "unknown": "restarts did not mend it; fix the cause and start the service again: it "
+               "resumes from its checkpoint, nothing lost or counted twice",
+    "restart": "Spark's restarts did not mend it; start the service again: it resumes from "
+               "its checkpoint",
+}
 
 # Exit statuses, worst first: a pipeline that lost its lock, failed, could not start.
 _WORST = (LOCK_LOST, 1, 2)
@@ -287,7 +341,7 @@ def _healthy(stream: PipelineStream) -> bool:
         return stream.check()
     except Exception as exc:  # noqa: BLE001 - isolation: this pipeline stops, the rest go on
         print(f"error: {stream.name}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        stream.failed = stream.query
+        stream.failed = f"{type(exc).__name__}: {exc}"
         return False
 
 

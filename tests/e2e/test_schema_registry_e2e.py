@@ -3,7 +3,9 @@
 caught up; version 2 registered after the next catch-up's start fetched the schemas: its batch
 asks the registry before writing and the catch-up restarts with version 2; then, while the
 service's query runs, version 3 registered and records of it produced: the same question, the
-query restarts with the new schema, and every record is decoded. Only records whose schema id
+query restarts with the new schema, and every record is decoded; then version 4 registered and
+the registry hung (SIGSTOP) before its records arrive: the service restarts the query with
+backoff until the registry answers, and decodes them. Only records whose schema id
 was never registered are quarantined as `unknown_schema_id`. Bronze and gold equal the
 independent reference (fastavro's decoding), and the replay of every date (which fetches the
 schemas at its start) equals gold."""
@@ -12,6 +14,7 @@ import base64
 import contextlib
 import io
 import json
+import re
 import struct
 import time
 import uuid
@@ -28,10 +31,13 @@ from lakehouse.tables.reads import bronze_dates, compare_tables, read
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 V3 = {**json.loads((EXAMPLES / "orders_v2.avsc").read_text())}
 V3["fields"] = [*V3["fields"], {"name": "channel", "type": "string", "default": "web"}]
+V4 = {**V3, "fields": [*V3["fields"], {"name": "coupon", "type": "string", "default": ""}]}
 
 
 @pytest.fixture(scope="module")
 def registry_orders(tmp_path_factory, kafka_bootstrap, spark, schema_registry):
+    from conftest import registry_hung
+
     from lakehouse.config.settings import Settings
     from lakehouse.events.schema_registry import with_registry_schemas
     from lakehouse.specs.pipeline import parse_spec
@@ -93,19 +99,35 @@ def registry_orders(tmp_path_factory, kafka_bootstrap, spark, schema_registry):
     # records produced: their batch finds the id registered, the query restarts with it.
     out = io.StringIO()
     stream = PipelineStream(spark, settings)
+
+    def landed() -> bool:
+        return sum(read(settings, t).num_rows
+                   for t in ("bronze_events", "quarantined_events")) == len(records)
+
+    def streamed(until, timeout: float = 90) -> None:
+        """Poll the service's pipeline as its loop does, until `until()`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert stream.check(), out.getvalue()[-2000:]
+            if until():
+                return
+            time.sleep(1)
+        pytest.fail(f"not done within {timeout} s: {out.getvalue()[-2000:]}")
+
     with contextlib.redirect_stdout(out):
         stream.start()
         try:
-            third = phase(V3, 53, 200)
-            produce(settings, third)
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
-                assert stream.check(), out.getvalue()[-2000:]
-                landed = sum(read(settings, t).num_rows
-                             for t in ("bronze_events", "quarantined_events"))
-                if landed == len(records):
-                    break
-                time.sleep(1)
+            produce(settings, phase(V3, 53, 200))
+            streamed(landed)
+            # Version 4 registered, then the registry hangs (SIGSTOP) before its records
+            # arrive: the batch cannot ask about the new id, the query fails and the service
+            # restarts it with backoff, each restart's fetch timing out, until the registry
+            # answers again; then the records are decoded, none quarantined for the outage.
+            fourth = phase(V4, 54, 80)
+            with registry_hung(schema_registry):
+                produce(settings, fourth)
+                streamed(lambda: out.getvalue().count("failure (registry)") >= 2, 120)
+            streamed(lambda: landed() and "ingest: running again" in out.getvalue())
         finally:
             status = stream.close()
     assert status == 0, out.getvalue()[-2000:]
@@ -127,12 +149,17 @@ def test_every_record_of_a_registered_id_is_decoded_and_gold_is_the_reference(re
     from testkit.spec_events import expected_windows_for_spec, rows_for_spec, table_windows_for_spec
 
     r = registry_orders
-    assert len(set(r.ids)) == 3
+    assert len(set(r.ids)) == 4
     # The catch-up restarted with version 2, the service's query with version 3, rather than
-    # quarantining their records.
+    # quarantining their records; version 4's while the registry hung: restarted with backoff
+    # (1 s, 2 s, ...) until it answered, the pipeline never stopped.
     assert "restarting with the registry's new schemas" in r.catch_up_log
     assert r.starts == 2  # the catch-up's query started twice
     assert "restarting with the registry's new schemas" in r.log
+    waits = re.findall(r"transient failure \(registry\): .*unreachable.*restarting from the "
+                       r"checkpoint in (\d+) s", r.log)
+    assert waits[:2] == ["1", "2"], r.log[-3000:]
+    assert "ingest: running again after" in r.log
     bronze = read(r.settings, "bronze_events")
     assert bronze.num_rows == len(rows_for_spec(r.spec, r.records))  # every valid record, once
     expected = expected_windows_for_spec(r.spec, r.records)
