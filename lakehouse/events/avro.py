@@ -117,6 +117,10 @@ def _load(value: Any, key: Any, folder: Path | None) -> dict:
             raise ValueError(f"{key}: {value!r}: a schema file is read beside its spec file; "
                              "give the schema inline here")
         path = folder / value
+        if Path(value).is_absolute() or ".." in Path(value).parts or \
+                not path.resolve().is_relative_to(folder.resolve()):
+            raise ValueError(f"{key}: {value!r}: a schema file is named by its name beside the "
+                             "spec (no absolute path, no `..`, no link out of its folder)")
         try:
             text = path.read_text()
         except OSError as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from lakehouse.events.avro import AvroInput, check_fields
 
@@ -163,6 +163,18 @@ class EventShape(BaseModel):
     # Nested fields: a field's name -> its path in the event (`customer_address_country` ->
     # `customer.address.country`), from `fields` keys with dots (`_nested_paths`); set by no spec.
     paths: dict[Identifier, str] = Field(default_factory=dict)
+
+    @field_validator("paths")
+    @classmethod
+    def _paths_are_dotted_names(cls, paths: dict[str, str]) -> dict[str, str]:
+        """A path is lower-case identifiers joined by dots, and its field is named after it:
+        nothing else ever reaches the JSON paths Spark reads."""
+        for name, path in paths.items():
+            parts = path.split(".") if isinstance(path, str) else []
+            if len(parts) < 2 or not all(IDENT.match(p) for p in parts):
+                raise ValueError(f"paths.{name}: {path!r} is not a dotted path of lower-case "
+                                 "identifiers (a dotted `fields` key declares one)")
+        return paths
 
     @model_validator(mode="before")
     @classmethod

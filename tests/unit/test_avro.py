@@ -83,6 +83,10 @@ V1_NO_ID = json.dumps({**V1, "fields": [f for f in V1["fields"] if f["name"] != 
      "fields.created_at: the event time is"),
     (lambda d: d["avro"].update(wire_format="plain"), None,
      "wire_format plain: declare its one writer schema"),
+    (lambda d: d["avro"]["schemas"].update({3: "../orders_v1.avsc"}), None,
+     "schemas[3]: '../orders_v1.avsc': a schema file is named by its name beside the spec"),
+    (lambda d: d["avro"]["schemas"].update({3: "/etc/passwd"}), None,
+     "schemas[3]: '/etc/passwd': a schema file is named by its name beside the spec"),
 ])
 def test_a_bad_avro_spec_is_refused_naming_the_file_and_the_field(tmp_path, change, files,
                                                                  needle):

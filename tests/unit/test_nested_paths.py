@@ -64,3 +64,14 @@ def test_a_bad_path_is_refused_with_its_field(change, needle):
     with pytest.raises(SpecError) as err:
         parse_spec({**SHOP, **change})
     assert needle in str(err.value), err.value
+
+
+
+@pytest.mark.parametrize("path", ["a", "a..b", "A.b", "a.b']", "a.b; drop", "a.$b", "a.b.*"])
+def test_a_path_given_directly_is_dotted_identifiers_only(path):
+    shape = {**SPEC.shape.model_dump(exclude={"avro"}), "paths": {"customer_address_country": path}}
+    with pytest.raises(SpecError, match=r"paths.customer_address_country: .* is not a dotted "
+                                        "path of lower-case identifiers"):
+        parse_spec({"name": "shop", "topic": "shop", "shape": shape})
+    assert parse_spec({"name": "shop", "topic": "shop", "shape": {
+        **shape, "paths": SPEC.shape.paths}}).shape.paths == SPEC.shape.paths
