@@ -91,6 +91,17 @@ def class_archive_option(settings: Settings) -> str:
     return f"-XX:SharedArchiveFile={archive}" if archive.exists() else ""
 
 
+def avro_limits(settings: Settings) -> str:
+    """Avro's decoder allocates what a record claims (a string's length, an array's item count)
+    before it reads it: a few bytes claiming 2 GB would exhaust the JVM and fail the same batch
+    at every restart. No string, bytes or collection of a record is longer than the record, so
+    MAX_EVENT_BYTES bounds them: a claim past it is an error the decoder raises, and the record
+    is quarantined as `invalid_avro` (PERMISSIVE mode)."""
+    n = settings.max_event_bytes
+    return " ".join(f"-Dorg.apache.avro.limits.{what}.maxLength={n}"
+                    for what in ("string", "bytes", "collectionItems"))
+
+
 def spark_conf(settings: Settings, short_run: bool = False,
                class_archive: bool = True) -> dict[str, str]:
     """Spark configuration shared by every entry point (Dagster resource, service, bench);
@@ -154,10 +165,11 @@ def spark_conf(settings: Settings, short_run: bool = False,
         # SPARK_CONF_<key> env vars: any other Spark setting (credentials, executor sizes).
         **settings.spark_conf_overrides,
         **object_store_classpath(settings),
-        # JVMs stay in UTC whatever extra options are passed.
+        # JVMs stay in UTC whatever extra options are passed, and Avro never believes a
+        # record's claim of a string, bytes or collection longer than a record may be.
         **{k: " ".join(filter(None, (settings.spark_conf_overrides.get(k, ""),
                                      driver_extra if "driver" in k else "",
-                                     "-Duser.timezone=UTC")))
+                                     "-Duser.timezone=UTC", avro_limits(settings))))
            for k in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")},
     }
 

@@ -268,8 +268,8 @@ def _position(metrics) -> str:
 
 # The error line's second half, by the kind of failure the pipeline stopped on.
 _WHAT_TO_DO = {
-    "fatal": "a restart cannot mend this: see docs/runbook.md (the pipeline's other queries "
-             "and its checkpoint are untouched)",
+    "fatal": "a restart cannot mend this; docs/operations.md says what to do (data lost to "
+             "retention, a deleted or re-created topic); its checkpoint is untouched",
     "unknown": "restarts did not mend it; fix the cause and start the service again: it "
                "resumes from its checkpoint, nothing lost or counted twice",
     "restart": "Spark's restarts did not mend it; start the service again: it resumes from "

@@ -42,6 +42,9 @@ def test_up_is_idempotent_and_down_stops_it(tmp_path):
     # default port (the broker's + 100) while the port after the broker's is held, as Debian's
     # Alertmanager holds 9093 after Kafka's 9092.
     with socket.socket() as held:
+        # (Address reuse: the first broker's controller connections may linger in TIME_WAIT;
+        # a listening socket still keeps any other listener off the port.)
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         held.bind(("127.0.0.1", port + 1))
         held.listen()
         again = subprocess.run([sys.executable, str(REPO / "infra/kafka/broker.py"), "up",

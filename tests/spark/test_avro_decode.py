@@ -73,6 +73,9 @@ def test_unknown_ids_and_undecodable_bytes_are_quarantined_with_details(spark, s
         b"\x01" + good[1:],  # another magic byte
         good[: len(good) - 4],  # cut short: the decoder reads past the end
         good[:5] + b"\x03\xff\xff",  # a string length that is negative
+        # A bomb: a first string claiming 2,000,000,000 bytes (zig-zag varint), a few bytes
+        # given. Past MAX_EVENT_BYTES Avro refuses the claim instead of allocating it.
+        good[:5] + b"\x80\xd0\xac\xf3\x0e" + b"x" * 8,
         confluent(2, V2, region=None),  # decodes; region is null
         confluent(1, V1, created_at=AT + timedelta(days=3650)),
         b"",
@@ -80,7 +83,7 @@ def test_unknown_ids_and_undecodable_bytes_are_quarantined_with_details(spark, s
     valid, bad = split(spark, settings, values)
     assert not valid
     got = [(bad[i].reason, bad[i].detail) for i in range(len(values))]
-    assert got[:6] == [
+    assert got[:7] == [
         ("unknown_schema_id", "schema id 7 is not one of the spec's (1, 2)"),
         ("invalid_avro", "3 bytes: shorter than the Confluent header (magic byte 0, 4-byte "
                          "schema id)"),
@@ -90,12 +93,14 @@ def test_unknown_ids_and_undecodable_bytes_are_quarantined_with_details(spark, s
                          "(orders_v2.avsc)"),
         ("invalid_avro", "the bytes after the header do not decode as schema id 2 "
                          "(orders_v2.avsc)"),
+        ("invalid_avro", "the bytes after the header do not decode as schema id 2 "
+                         "(orders_v2.avsc)"),
     ]
-    assert [r for r, _ in got[6:]] == ["missing_region", "event_time_in_future",
+    assert [r for r, _ in got[7:]] == ["missing_region", "event_time_in_future",
                                        "empty_payload"]
     import base64
 
-    assert [base64.b64decode(bad[i].raw_value) for i in range(8)] == values[:8]  # bytes kept
+    assert [base64.b64decode(bad[i].raw_value) for i in range(9)] == values[:9]  # bytes kept
 
 
 def test_plain_avro_decodes_with_its_one_schema(spark, tmp_path):

@@ -153,7 +153,7 @@ def test_spark_interval_is_exact():
 
 
 def test_spark_pass_through_and_driver_host():
-    from spark_jobs.session import spark_conf
+    from spark_jobs.session import avro_limits, spark_conf
 
     s = Settings.from_env({"SPARK_CONF_SPARK_EXECUTOR_MEMORY": "3g",
                            "SPARK_CONF_spark.executor.extraJavaOptions": "-Dx=1",
@@ -162,8 +162,12 @@ def test_spark_pass_through_and_driver_host():
                                       "spark.executor.extraJavaOptions": "-Dx=1"}
     conf = spark_conf(s, class_archive=False)
     assert conf["spark.executor.memory"] == "3g"
-    assert conf["spark.executor.extraJavaOptions"] == "-Dx=1 -Duser.timezone=UTC"
-    assert conf["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC"
+    limits = avro_limits(s)
+    assert limits == ("-Dorg.apache.avro.limits.string.maxLength=65536 "
+                      "-Dorg.apache.avro.limits.bytes.maxLength=65536 "
+                      "-Dorg.apache.avro.limits.collectionItems.maxLength=65536")
+    assert conf["spark.executor.extraJavaOptions"] == f"-Dx=1 -Duser.timezone=UTC {limits}"
+    assert conf["spark.driver.extraJavaOptions"] == f"-Duser.timezone=UTC {limits}"
     assert conf["spark.driver.host"] == "10.1.2.3"
     assert not s.shuffle_partitions_explicit
     assert Settings.from_env({"SPARK_SHUFFLE_PARTITIONS": "6"}).shuffle_partitions_explicit
@@ -182,7 +186,7 @@ def test_a_driver_maps_the_class_archive_only_where_its_class_path_is_the_archiv
     archive.write_bytes(b"x")
     conf = session.spark_conf(local, short_run=True)
     assert conf[driver] == (f"{session.SHORT_RUN_JAVA_OPTIONS} -XX:SharedArchiveFile={archive} "
-                            "-Duser.timezone=UTC")
+                            f"-Duser.timezone=UTC {session.avro_limits(local)}")
     assert "SharedArchiveFile" not in conf["spark.executor.extraJavaOptions"]
     assert "SharedArchiveFile" not in session.spark_conf(local, class_archive=False)[driver]
     # Another class path than the archived one: an s3a:// root's jars, a deployment's own.
