@@ -21,6 +21,7 @@ completed a batch.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,24 +84,39 @@ def first_line(exc: BaseException | str | None) -> str:
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), text)[:300]
 
 
+_RAISED = re.compile(r"^\s*(?:[\w.$]+\.)?\w*(?:Error|Exception|Lost|Replaced|Changed)\b.*:")
+
+
+def _message(text: str, marker: str | None) -> str:
+    """The line that says what failed: the one holding the marker that classified it, else the
+    last line naming an exception (a Python traceback's, inside Spark's wrapping), else the
+    first."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if marker is not None:
+        hit = next((ln for ln in lines if marker in ln), None)
+        if hit is not None:
+            return hit[:300]
+    raised = [ln for ln in lines if _RAISED.match(ln)]
+    return (raised[-1] if raised else first_line(text))[:300]
+
+
 def classify(exc: BaseException | str | None, died_silently: bool = False) -> Failure:
     """What kind of failure `exc` is (None with `died_silently`: the query thread ended with no
     exception, a JVM error after its batch had committed)."""
     if exc is None and died_silently:
         return Failure("restart", "thread_died", "the query's thread ended with no exception")
     text = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(exc)
-    message = first_line(exc)
     for marker, reason in _FATAL:
         if marker in text:
-            return Failure("fatal", reason, message)
+            return Failure("fatal", reason, _message(text, marker))
     if schemas_changed(text):
-        return Failure("restart", "schemas_changed", message)
+        return Failure("restart", "schemas_changed", _message(text, "SchemasChanged"))
     if is_known_restart_bug(text):
-        return Failure("restart", "spark_restart_bug", message)
+        return Failure("restart", "spark_restart_bug", _message(text, None))
     for marker, reason in _TRANSIENT:
         if marker in text:
-            return Failure("transient", reason, message)
-    return Failure("unknown", "unknown", message)
+            return Failure("transient", reason, _message(text, marker))
+    return Failure("unknown", "unknown", _message(text, None))
 
 
 class Retries:

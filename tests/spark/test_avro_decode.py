@@ -74,7 +74,7 @@ def test_unknown_ids_and_undecodable_bytes_are_quarantined_with_details(spark, s
         good[: len(good) - 4],  # cut short: the decoder reads past the end
         good[:5] + b"\x03\xff\xff",  # a string length that is negative
         # A bomb: a first string claiming 2,000,000,000 bytes (zig-zag varint), a few bytes
-        # given. Past MAX_EVENT_BYTES Avro refuses the claim instead of allocating it.
+        # given: refused by Avro's limits (below) before anything is allocated.
         good[:5] + b"\x80\xd0\xac\xf3\x0e" + b"x" * 8,
         confluent(2, V2, region=None),  # decodes; region is null
         confluent(1, V1, created_at=AT + timedelta(days=3650)),
@@ -101,6 +101,11 @@ def test_unknown_ids_and_undecodable_bytes_are_quarantined_with_details(spark, s
     import base64
 
     assert [base64.b64decode(bad[i].raw_value) for i in range(9)] == values[:9]  # bytes kept
+    # The JVM that decoded them bounds what a record may claim by MAX_EVENT_BYTES.
+    system = spark.sparkContext._jvm.java.lang.System
+    assert {what: system.getProperty(f"org.apache.avro.limits.{what}.maxLength")
+            for what in ("string", "bytes", "collectionItems")} == dict.fromkeys(
+        ("string", "bytes", "collectionItems"), str(settings.max_event_bytes))
 
 
 def test_plain_avro_decodes_with_its_one_schema(spark, tmp_path):

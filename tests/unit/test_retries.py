@@ -47,6 +47,15 @@ def test_each_failure_is_classified_by_what_a_restart_can_mend(error, kind, reas
     assert "\n" not in failure.message and len(failure.message) <= 300
 
 
+def test_the_message_is_the_line_that_says_what_failed():
+    wrapped = ("An exception was raised by the Python Proxy. Return Message: Traceback (most "
+               "recent call last):\n  File \"stream.py\", line 3, in batch\n"
+               f"lakehouse.events.schema_registry.RegistryError: {REGISTRY}\n")
+    assert classify(wrapped).message == f"lakehouse.events.schema_registry.RegistryError: {REGISTRY}"
+    bug = "Traceback (most recent call last):\n  File \"x.py\"\nZeroDivisionError: division by zero"
+    assert classify(bug).message == "ZeroDivisionError: division by zero"
+
+
 def test_a_fatal_error_wins_over_the_transient_text_it_carries():
     failure = classify(f"DataLost: records gone while {KAFKA_SOURCE}")
     assert failure.kind == "fatal"

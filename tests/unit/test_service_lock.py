@@ -189,6 +189,12 @@ def test_a_lost_lock_shows_in_the_metrics_before_the_service_exits(fake_service,
         def query_failed(self, query):
             events.append(("failed", query))
 
+        def restart_scheduled(self, reason, restarting):
+            events.append(("restart", reason))
+
+        def retrying(self, seconds):
+            pass
+
         def position(self):
             return {}
 
