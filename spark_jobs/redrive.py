@@ -131,19 +131,22 @@ def run_redrive(spark: SparkSession, settings: Settings, d: date, run_id: str,
 
 
 def _redrive_columns(spark: SparkSession, settings: Settings) -> list[str]:
-    """A quarantine created before the redrive existed gains its columns, under the stream's
-    lock (the stream appends to the quarantine; a metadata change beside a batch's append would
-    fail that batch). The stream's own start adds them too."""
-    if not missing_columns(spark, settings, QUARANTINE):
+    """Tables the redrive appends to, created by an older release, gain this release's columns
+    (the quarantine's redrive columns, bronze's `record_key_base64`) under the stream's lock
+    (the stream appends to them; a metadata change beside a batch's append would fail that
+    batch). The stream's own start adds them too."""
+    tables = [t for t in (QUARANTINE, BRONZE) if missing_columns(spark, settings, t)]
+    if not tables:
         return []
+    names = " and ".join(t.name for t in tables)
     try:
         with checkpoint_lock(settings, role="a quarantine redrive"):
-            return add_missing_columns(spark, settings, QUARANTINE)
+            return [c for t in tables for c in add_missing_columns(spark, settings, t)]
     except CheckpointBusy as exc:
         raise CheckpointBusy(
-            f"{QUARANTINE.name} predates the redrive and lacks its columns; the stream holds "
-            f"its table's lock ({exc}). The stream adds them at its next start: restart it (or "
-            "stop it and run the redrive once), then run the redrive") from exc
+            f"{names} predate this release's columns; the stream holds their lock ({exc}). The "
+            "stream adds them at its next start: restart it (or stop it and run the redrive "
+            "once), then run the redrive") from exc
 
 
 def _redrive(spark: SparkSession, settings: Settings, d: date, run_id: str,

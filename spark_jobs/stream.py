@@ -532,7 +532,8 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
     ensure_tables(spark, settings)
     migrate_layout(spark, settings, STREAMING)
     limit_stats(spark, settings, BRONZE)
-    add_missing_columns(spark, settings, QUARANTINE)  # the redrive's columns (spark_jobs.redrive)
+    for table in (QUARANTINE, BRONZE):  # this release's columns (the redrive's, the exact key)
+        add_missing_columns(spark, settings, table)
     if applied := apply_spec(spark, settings):  # a spec edit takes effect here, under the lock
         print(f"{settings.pipeline}: {applied}", flush=True)
     topic = check_topic(settings)

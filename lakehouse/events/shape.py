@@ -25,7 +25,7 @@ RESERVED_COLUMNS = frozenset({
     "event_date", "window_start", "window_end", "event_count", "event_fingerprint", "status",
     "watermark", "batch_id", "updated_at", "bronze_version", "revision", "replayed_at", "cause",
     "corrected_at", "run_id", "event_id", "event_time", "payload_event_time", "attributes",
-    "record_key", "topic", "partition", "offset", "kafka_timestamp", "ingested_at",
+    "record_key", "record_key_base64", "topic", "partition", "offset", "kafka_timestamp", "ingested_at",
     "bronze_batch_id", "lateness_ms", "batch_watermark", "recorded_at",
     "reason", "detail", "value_bytes", "raw_key", "raw_value", "quarantine_date",
 })

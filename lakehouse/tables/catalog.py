@@ -70,6 +70,7 @@ def _bronze(shape: EventShape) -> str:
         "event_id STRING NOT NULL", *_typed(shape, shape.dimension_names),
         "event_time TIMESTAMP NOT NULL", "payload_event_time TIMESTAMP NOT NULL",
         *_typed(shape, shape.measure_fields), "attributes STRING", "record_key STRING",
+        "record_key_base64 STRING",
         "topic STRING NOT NULL", "partition INT NOT NULL", "offset BIGINT NOT NULL",
         "kafka_timestamp TIMESTAMP NOT NULL", "event_date DATE NOT NULL",
         "ingested_at TIMESTAMP NOT NULL", "bronze_batch_id BIGINT NOT NULL"])

@@ -274,7 +274,10 @@ def _classification(shape: EventShape, max_event_bytes: int, future_skew: timede
         "payload_event_time": F.col("payload_event_time"),
         **{f: F.col(f) for f in fields},
         "attributes": F.col("attributes"),
-        "record_key": F.col("__raw_key").cast("string"),
+        # The Kafka key as text when it is UTF-8, else exactly, as base64: a string column
+        # holding other bytes would fail every Parquet reader but Spark's (delta-rs, polars).
+        "record_key": F.when(F.is_valid_utf8("__raw_key"), F.col("__raw_key").cast("string")),
+        "record_key_base64": F.when(~F.is_valid_utf8("__raw_key"), F.base64("__raw_key")),
         **{c: F.col(c) for c in ("topic", "partition", "offset", "kafka_timestamp")},
         "event_date": F.to_date(event_time),
         "reason": reason,
@@ -548,5 +551,5 @@ def _quarantine(shape: EventShape, max_event_bytes: int, future_skew: timedelta,
 def valid_columns(shape: EventShape) -> tuple[str, ...]:
     """A valid event's columns (bronze's, before its batch bookkeeping)."""
     return ("event_id", *shape.dimension_names, "event_time", "payload_event_time",
-            *shape.measure_fields, "attributes", "record_key", "topic", "partition", "offset",
-            "kafka_timestamp", "event_date")
+            *shape.measure_fields, "attributes", "record_key", "record_key_base64", "topic",
+            "partition", "offset", "kafka_timestamp", "event_date")

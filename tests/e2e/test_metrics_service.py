@@ -138,7 +138,7 @@ def test_service_serves_metrics(instance_env, spark, tmp_path):
             producer.flush(10)
             reads: list[tuple[float, float]] = []  # (start, end) of each read of the table
 
-            def visible(p=probe) -> bool:
+            def visible(p=probe, reads=reads) -> bool:
                 start = time.time()
                 found = p in read(settings, "streaming_aggregates")["key"].to_pylist()
                 reads.append((start, time.time()))

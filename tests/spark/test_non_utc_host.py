@@ -64,6 +64,7 @@ def test_run_metadata_times_are_utc_on_a_non_utc_host(spark, tmp_path):
     rows = bronze_rows(spark, [FALL_BACK - timedelta(minutes=30), newest]).select(
         "*", F.lit(None).cast("string").alias("attributes"),
         F.lit(None).cast("string").alias("record_key"),
+        F.lit(None).cast("string").alias("record_key_base64"),
         F.col("event_time").alias("payload_event_time"),
         F.current_timestamp().alias("ingested_at"), F.lit(0).cast("long").alias("bronze_batch_id"))
     rows.select(*extra).write.format("delta").mode("append").save(settings.table_path(BRONZE.name))
