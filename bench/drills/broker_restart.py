@@ -29,6 +29,7 @@ from bench.drills.common import (
     Context,
     DrillFailed,
     DrillResult,
+    Feeder,
     broker_module,
     check_landing,
     instance,
@@ -54,17 +55,14 @@ TRIGGER = "10 seconds"  # the service's default STREAM_TRIGGER_INTERVAL
 Record = namedtuple("Record", "key value")
 
 
-class LiveProducer:
-    """`rate` events/s in ten slices a second from a thread, made as they are sent (event time
-    = now); one in a hundred malformed. After a stall (the broker away, the queue full) it goes
-    on at its rate from then: no burst."""
+class LiveProducer(Feeder):
+    """`rate` events/s in ten slices a second, made as they are sent (event time = now); one
+    in a hundred malformed. After a stall (the broker away, the queue full) it goes on at its
+    rate from then: no burst. Runs until `join`."""
 
     def __init__(self, settings, rate: int):
-        self.producer = AckedProducer(settings)
-        self.rate, self.sent, self.valid_ids = rate, 0, {}
-        self.stopping = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="producer", daemon=True)
+        super().__init__(settings, [], rate)
+        self.valid_ids: dict[int, str] = {}
 
     def _record(self, i: int, stamp: str) -> Record:
         key = f"k{i % 50}"
@@ -76,7 +74,7 @@ class LiveProducer:
 
     def _run(self) -> None:
         try:
-            per_slice, start, tick = max(1, self.rate // 10), time.monotonic(), 0
+            per_slice, start, tick = max(1, int(self.rate) // 10), time.monotonic(), 0
             while not self.stopping.is_set():
                 stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
                 for i in range(self.sent, self.sent + per_slice):
@@ -92,16 +90,9 @@ class LiveProducer:
         except BaseException as exc:  # noqa: BLE001 - reported by join()
             self.error = exc
 
-    def begin(self) -> LiveProducer:
-        self.thread.start()
-        return self
-
-    def join(self) -> AckedProducer:
-        self.stopping.set()
-        self.thread.join(900)
-        if self.error is not None:
-            raise self.error
-        return self.producer
+    def join(self, timeout: float = 900) -> AckedProducer:
+        self.stop()
+        return super().join(timeout)
 
 
 def lag(settings) -> int | None:
