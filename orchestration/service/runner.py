@@ -6,7 +6,9 @@ and metrics, stopped alone when it fails (`serve`).
 Runs the same query, on the same checkpoint, as the Dagster catch-up assets; holds the
 checkpoint lock while running, so a catch-up started meanwhile fails with a clear error instead
 of corrupting the checkpoint. SIGTERM or SIGINT stops the query and exits 0; since every
-write of a batch is idempotent, a stop (or a crash) mid-batch is repaired by the next start.
+write of a batch is idempotent, a stop (or a crash) mid-batch is repaired by the next start, and
+a query that fails on an outage (the broker, the registry, storage) is restarted from its
+checkpoint by the service itself, with backoff (`orchestration.service.retries`).
 While it runs, Prometheus metrics are served on 127.0.0.1:$METRICS_PORT/metrics
 (`orchestration.service.metrics`).
 
@@ -161,11 +163,12 @@ class PipelineStream:
             self.lost = WriterLockLost(next(line.strip() for line in str(exc).splitlines()
                                             if WriterLockLost.__name__ in line)[:500])
             return False
-        if self.metrics is not None:
+        failure = classify(exc, died_silently(self.query))
+        if self.metrics is not None and failure.reason != "schemas_changed":  # not a fault
             self.metrics.query_failed(INGEST_QUERY)
         if not self._poll(record=True):  # the batches the query completed before it failed
             return False
-        return self._failed(classify(exc, died_silently(self.query)), exc)
+        return self._failed(failure, exc)
 
     def _poll(self, record: bool = False) -> bool:
         """The bookkeeping's poll; False when it found the lock lost. A commit of it that met
