@@ -22,8 +22,8 @@ def stream_append(spark, settings, batch: int, events: list[tuple[str, datetime]
     """One stream commit: `events` (id, event time) of key `k`, value 1, and the watermark the
     batch leaves."""
     now = datetime.now(UTC)
-    rows = [(i, "k", t, t, Decimal(1), None, None, "events", 0, batch * 10 + n, now, t.date(),
-             now, batch) for n, (i, t) in enumerate(events)]
+    rows = [(i, "k", t, t, Decimal(1), None, None, None, "events", 0, batch * 10 + n, now,
+             t.date(), now, batch) for n, (i, t) in enumerate(events)]
     tag = StreamCommit(version=-1, end_offsets={0: batch * 10 + len(events)}, query="q",
                        batch_id=batch, watermark_ms=0,
                        next_watermark_ms=int(watermark.timestamp() * 1000)).metadata()

@@ -15,8 +15,8 @@ from spark_jobs.tables import STATS_COLUMNS, ensure_tables, limit_stats, table_r
 
 def append_row(spark, settings: Settings) -> None:
     at = datetime(2026, 11, 27, 8, tzinfo=UTC)
-    row = ("e-1", "k", at, at, Decimal("1.5"), None, None, "events", 0, 7, at, date(2026, 11, 27),
-           at, 3)
+    row = ("e-1", "k", at, at, Decimal("1.5"), None, None, None, "events", 0, 7, at,
+           date(2026, 11, 27), at, 3)
     spark.createDataFrame([row], BRONZE.ddl).write.format("delta").mode("append").save(
         settings.table_path(BRONZE.name))
 
