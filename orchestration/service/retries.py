@@ -131,7 +131,6 @@ class Retries:
         self.in_a_row: dict[str, int] = {}  # per kind
         self.next_at = 0.0
         self.restarted_at: float | None = None
-        self.last: Failure | None = None
 
     def failed(self, failure: Failure) -> float | None:
         now = self.clock()
@@ -140,7 +139,6 @@ class Retries:
         if self.since is None:
             self.since = now
         self.attempts += 1
-        self.last = failure
         count = self.in_a_row[failure.kind] = self.in_a_row.get(failure.kind, 0) + 1
         if failure.kind == "restart":
             if count > MAX_RESTARTS:
