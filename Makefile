@@ -31,7 +31,7 @@ else
 $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
 endif
 
-.PHONY: setup system-deps materialize kafka-up kafka-down demo test test-unit ui stream bench bench-guard bench-stages bench-steps bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
+.PHONY: setup system-deps materialize kafka-up kafka-down demo test test-unit ui stream bench bench-guard bench-jfr bench-stages bench-steps bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down registry-up registry-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down cluster-connect-down demo-cluster ui-cluster test-cluster test-cluster-run \
 	observe-up observe-down daily-metrics dashboards test-alerts test-long spark-up spark-down \
@@ -292,6 +292,11 @@ bench-guard: setup
 bench-steps: setup
 	$(PY) -m bench.step_costs
 	$(PY) -m bench.step_ab $(STEP_AB)
+
+# Java Flight Recorder samples of the service's steps and of the hand-written query's on the
+# guard's frame: the JVM frames the CPU goes to (bench.jfr_steps; JFR_EVENTS, JFR_ROUNDS).
+bench-jfr: setup
+	$(PY) -m bench.jfr_steps
 
 # Where an ingest batch's time goes (50k, 270k, 2M records): Spark jobs by step, Delta commits
 # per table, the fixed cost of a one-record batch.

@@ -9,6 +9,9 @@ the first (JIT warm-up). Written to bench/results/step-ab-<experiment>-<timestam
     python -m bench.step_ab windows     # dedup + windows: the fingerprint as two long sums vs a
                                         # decimal per row; dedup's share
     python -m bench.step_ab classify    # the first job: classify + cache + counts, and its parts
+    python -m bench.step_ab fields      # reading the event's fields: the VARIANT's per-field
+                                        # gets (each a Cast built per row) against one struct
+                                        # get and a typed from_json
     python -m bench.step_ab plan        # building the classification's and the quarantine's
                                         # expressions (wall time too: mostly the Python driver
                                         # and py4j, not the JVM)
@@ -30,6 +33,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 from bench import write_result  # noqa: E402
 from bench.step_costs import _raw_frame, jvm_cpu_s, jvm_pid  # noqa: E402
 from lakehouse.config.settings import Settings  # noqa: E402
+from testkit.results import commit_of  # noqa: E402
 
 
 def _bronze(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[], Callable]]:
@@ -218,6 +222,39 @@ def _classify(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[
     }
 
 
+def _fields(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[], Callable]]:
+    """Reading the default event's four fields (event_id, key, event_time, value), after the
+    parse or as the parse: `try_variant_get` builds and evaluates a `Cast` (and a SQLConf, on an
+    executor thread) per field per row, a `variant` target does not; one struct get casts each
+    field too; `from_json` parses and types in one pass (the measure as a VARIANT field, exact)."""
+    from pyspark.sql import functions as F
+
+    raw = valid.sparkSession.table("step_ab_raw")
+    text = F.col("value").cast("string")
+    parsed = raw.select(F.try_parse_json(F.concat(F.lit("["), text, F.lit(",0]"))).alias("v"))
+    fields = ("event_id", "key", "event_time", "value")
+
+    def noop(df):
+        return lambda: df.write.format("noop").mode("overwrite").save()
+
+    def gets(kind):
+        return noop(parsed.select(*[F.try_variant_get("v", f"$[0].{f}", kind).alias(f)
+                                    for f in fields]))
+
+    strings = ", ".join(f"{f} string" for f in fields)
+    return {
+        "the parse alone ([payload,0] into a VARIANT)": lambda: noop(parsed),
+        "the parse + four string gets (today's)": lambda: gets("string"),
+        "the parse + four variant gets (no Cast)": lambda: gets("variant"),
+        "the parse + one struct get of the four": lambda: noop(parsed.select(F.try_variant_get(
+            "v", "$[0]", f"struct<{strings.replace(' string', ':string')}>").alias("s"))),
+        "from_json of four strings": lambda: noop(raw.select(F.from_json(text, strings)
+                                                              .alias("s"))),
+        "from_json of three strings and a VARIANT measure": lambda: noop(raw.select(F.from_json(
+            text, "event_id string, key string, event_time string, value variant").alias("s"))),
+    }
+
+
 def _plan(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[], Callable]]:
     """A run's `classify` on a new DataFrame (what a catch-up, replay or redrive calls once):
     its expressions built anew against the process's built ones applied."""
@@ -249,7 +286,8 @@ def _plan(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[], 
             "the quarantine's built projection applied": quarantine_reused}
 
 
-EXPERIMENTS = {"bronze": _bronze, "windows": _windows, "classify": _classify, "plan": _plan}
+EXPERIMENTS = {"bronze": _bronze, "windows": _windows, "classify": _classify, "fields": _fields,
+               "plan": _plan}
 
 
 def main() -> int:
@@ -301,7 +339,8 @@ def main() -> int:
         print(f"{name:55s} {steps[name]['cpu_us_per_record']:6.2f} µs CPU a record, "
               f"{steps[name]['wall_s_median']:.3f} s wall")
     write_result(f"step-ab-{experiment}", {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"), "events": n, "rounds": rounds,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": commit_of(),
+        "events": n, "rounds": rounds,
         "load_avg": os.getloadavg(), "valid_events": valid.count(), "steps": steps})
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
