@@ -29,6 +29,7 @@ from assets.observe.timeline import timeline_asset
 from assets.pipelines import Pipeline, spec_pipeline
 from assets.reconcile.checks import data_checks
 from assets.reconcile.daily import daily_assets
+from assets.reconcile.feed import feed_asset
 from lakehouse.specs.pipeline import PIPELINE_COMPONENT, PipelineSpec, component_spec, parse_spec, spec_json_schema
 from orchestration.jobs import pipeline_jobs
 from orchestration.schedules import pipeline_schedules
@@ -39,7 +40,7 @@ def pipeline_definitions(p: Pipeline) -> dg.Definitions:
     """One pipeline's definitions. By domain: ingest (the stream), reconcile (corrections,
     replay, the proof), observe (the timeline, the topic, freshness); maintain is a job."""
     return dg.Definitions(
-        assets=[*ingest_assets(p), *daily_assets(p), timeline_asset(p)],
+        assets=[*ingest_assets(p), *daily_assets(p), feed_asset(p), timeline_asset(p)],
         asset_checks=[*data_checks(p), *freshness_checks_for(p)],
         jobs=list(pipeline_jobs(p).values()),
         schedules=pipeline_schedules(p),

@@ -25,7 +25,7 @@ def writes(p: Pipeline, kind: str) -> dict[str, str]:
     """The run tag that queues `p`'s writers of `kind` ("stream" or "daily") one at a time."""
     return {WRITES: p.named(kind)}
 
-PUBLISHED = ("replay_aggregates", "late_corrections", "reconciled_aggregates")
+PUBLISHED = ("replay_aggregates", "late_corrections", "reconciled_aggregates", "reconciled_feed")
 
 
 @cache

@@ -313,6 +313,11 @@ def demo(settings: Settings, knobs: Knobs, instance, console: Console,
                          run.named("timeline_report"))
                      if "path" in m.metadata), path)
     console.line(f"  timeline report    {path if report.success else 'FAILED'}")
+    from lakehouse.kafka.feed import published_version
+
+    sent, gold = published_version(settings), delta_log.version(settings, "reconciled_aggregates")
+    ok &= sent == gold
+    console.line(f"  downstream feed    {settings.feed_topic}: gold version {sent} of {gold} published")
     return 0 if ok and not run.failures else 1
 
 

@@ -259,6 +259,9 @@ class Settings(BaseSettings):
     kafka_bootstrap_servers: Annotated[str, AfterValidator(_servers)] = _env(
         "KAFKA_BOOTSTRAP_SERVERS", "localhost:9092")
     events_topic: Annotated[str, AfterValidator(_topic)] = _env("EVENTS_TOPIC", "events")
+    # The downstream feed of gold's revisions (lakehouse.kafka.feed); unset: `feed_topic`'s
+    # default, `<EVENTS_TOPIC>.reconciled` (a spec pipeline's: `<its topic>.reconciled`).
+    reconciled_topic: Annotated[str, AfterValidator(_topic)] | None = _env("RECONCILED_TOPIC")
     # A local path or a URI (file://, s3a://bucket/prefix, abfss://, gs://): lakehouse.config.storage.
     lakehouse_root: str = _env("LAKEHOUSE_ROOT", "./.lakehouse")
     window_size: WindowSize = _env(
@@ -436,6 +439,11 @@ class Settings(BaseSettings):
 
     def table_path(self, name: str) -> str:
         return self.path(name)
+
+    @property
+    def feed_topic(self) -> str:
+        """The topic gold's revisions are published to (RECONCILED_TOPIC)."""
+        return self.reconciled_topic or f"{self.events_topic}.reconciled"
 
     def checkpoint_path(self, query: str) -> str:
         return self.path(CHECKPOINTS_DIR, query)

@@ -239,6 +239,8 @@ class PipelineSpec(BaseModel):
                    **{k: SecretStr(env[v]) for k, v in self.source.secret_env.items()}}
         return base.model_copy(update={
             "events_topic": self.source.topic,
+            # Its own feed, whatever RECONCILED_TOPIC names for the default pipeline.
+            "reconciled_topic": f"{self.source.topic}.reconciled",
             "lakehouse_root": base.path(self.folder),
             "window_size": self.windows.size,
             "watermark_delay": self.windows.watermark_delay,

@@ -292,7 +292,42 @@ def test_records_arriving_after_a_corrections_run_wait_for_the_next_one_and_two_
     events_after = sum(read(settings, "reconciled_aggregates", d)["event_count"].to_pylist())
     assert events_after - events_before == len(new) + len(late)  # every new event applied, once
     assert compare_tables(settings, d) == 0
+    assert_the_feed_folds_to_gold(settings, result)
     published.proven()  # left reconciled and proven
+
+
+def assert_the_feed_folds_to_gold(settings, result) -> None:
+    """The run's feed step published gold's newest version; a `read_committed` fold of the topic
+    (every run of the module so far: corrections, repairs, reprocesses) holds exactly gold's
+    closed windows, each window's revisions come in order, once each, and those past 0 are the
+    ones its changelog logged."""
+    from lakehouse.tables import delta_log
+    from testkit.feed import committed_messages, fold, window_of
+
+    feed = next(m.metadata for m in result.asset_materializations_for_node("reconciled_feed"))
+    assert feed["published_version"].value == delta_log.version(settings, "reconciled_aggregates")
+    messages = committed_messages(settings, settings.feed_topic)
+
+    def iso(t):
+        return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+    gold = {window_of({"window_start": iso(r["window_start"]), "key": r["key"]}): r
+            for r in read(settings, "reconciled_aggregates").to_pylist() if r["status"] != "open"}
+    folded = fold(messages)
+    assert set(folded) == set(gold)
+    for k, v in folded.items():
+        g = gold[k]
+        assert (v["event_count"], v["value_sum"], v["revision"], v["status"]) == (
+            g["event_count"], str(g["value_sum"]), g["revision"], g["status"]), k
+    sent: dict[str, list[int]] = {}
+    for key, value in messages:
+        if value is not None:
+            sent.setdefault(window_of(key), []).append(value["revision"])
+    assert all(r == sorted(set(r)) for r in sent.values()), sent  # in order, once each
+    logged = {(window_of({"window_start": iso(c["window_start"]), "key": c["key"]}), c["revision"])
+              for c in read(settings, "late_corrections").to_pylist()
+              if c["after_event_count"] is not None}
+    assert {(k, r) for k, rs in sent.items() for r in rs if r > 0} == logged
 
 
 def test_a_topic_cut_by_retention_is_reported_incomplete_never_proven(

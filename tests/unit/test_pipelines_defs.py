@@ -90,7 +90,8 @@ def test_each_spec_gets_the_assets_under_its_prefix_in_its_groups(loaded):
         assert groups[f"{prefix}/raw_events"] == f"{prefix}_ingest"
         assert groups[f"{prefix}/bronze_events"] == f"{prefix}_ingest"
         assert groups[f"{prefix}/streaming_aggregates"] == f"{prefix}_ingest"
-        for name in ("late_corrections", "reconciled_aggregates", "replay_aggregates"):
+        for name in ("late_corrections", "reconciled_aggregates", "replay_aggregates",
+                     "reconciled_feed"):
             assert groups[f"{prefix}/{name}"] == f"{prefix}_reconcile"
             # Its own daily partitions, from its own first event date (PARTITIONS_START here).
             assert out["first_partition"][f"{prefix}/{name}"] == "2025-01-01"
@@ -102,7 +103,7 @@ def test_each_spec_gets_the_assets_under_its_prefix_in_its_groups(loaded):
     # The default pipeline's keys and groups are the contract's.
     assert groups["bronze_events"] == "ingest" and groups["reconciled_aggregates"] == "reconcile"
     assert groups["timeline_report"] == "observe"
-    assert len(groups) == 3 * 7
+    assert len(groups) == 3 * 8
 
 
 def test_jobs_schedules_and_sensors_are_named_with_the_prefix(loaded):
