@@ -31,7 +31,7 @@ else
 $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
 endif
 
-.PHONY: setup system-deps materialize kafka-up kafka-down demo test test-unit ui stream bench bench-guard bench-jfr bench-stages bench-steps bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
+.PHONY: setup system-deps materialize scorecard kafka-up kafka-down demo test test-unit ui stream bench bench-guard bench-jfr bench-stages bench-steps bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down registry-up registry-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down cluster-connect-down demo-cluster ui-cluster test-cluster test-cluster-run \
 	observe-up observe-down daily-metrics dashboards test-alerts test-long spark-up spark-down \
@@ -246,6 +246,14 @@ stream: setup kafka-up class-archive
 	$(PY) -m orchestration.service.runner
 
 # One run from the command line, recorded in DAGSTER_HOME like the UI's (README "Operations"):
+# The readiness scorecard of the running deployment (its default pipeline; SCORECARD=<prefix>/
+# readiness_scorecard for a spec pipeline of PIPELINES): seven rows with their evidence, in
+# $(LAKEHOUSE_ROOT)/reports/scorecard.html; a row that fails is a failed asset check.
+SCORECARD ?= readiness_scorecard
+scorecard: setup kafka-up
+	$(VENV)/bin/dagster asset materialize -m orchestration.definitions --select '$(SCORECARD)'
+	@echo "scorecard: $${LAKEHOUSE_ROOT:-./.lakehouse}/reports/scorecard.html"
+
 # make materialize SELECT=<asset,...> [PARTITION=<date> | PARTITION_RANGE=<date>...<date>]
 #   [CONFIG='<run config JSON>']
 ifneq ($(filter materialize,$(MAKECMDGOALS)),)

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from assets.ingest import ingest_assets
 from assets.observe.freshness import freshness_checks_for
+from assets.observe.scorecard import scorecard_asset
 from assets.observe.timeline import timeline_asset
 from assets.pipelines import Pipeline, spec_pipeline
 from assets.reconcile.checks import data_checks
@@ -40,7 +41,8 @@ def pipeline_definitions(p: Pipeline) -> dg.Definitions:
     """One pipeline's definitions. By domain: ingest (the stream), reconcile (corrections,
     replay, the proof), observe (the timeline, the topic, freshness); maintain is a job."""
     return dg.Definitions(
-        assets=[*ingest_assets(p), *daily_assets(p), feed_asset(p), timeline_asset(p)],
+        assets=[*ingest_assets(p), *daily_assets(p), feed_asset(p), timeline_asset(p),
+                scorecard_asset(p)],
         asset_checks=[*data_checks(p), *freshness_checks_for(p)],
         jobs=list(pipeline_jobs(p).values()),
         schedules=pipeline_schedules(p),

@@ -115,6 +115,12 @@ def pipeline_jobs(p: Pipeline) -> dict:
             description="Write the observability timeline report (reports/timeline.html in the "
                         "pipeline's folder: $LAKEHOUSE_ROOT for the default pipeline)."),
         define_asset_job(
+            p.named("report_scorecard"),
+            selection=AssetSelection.assets(p.key("readiness_scorecard")),
+            description="Write the readiness scorecard (reports/scorecard.html in the "
+                        "pipeline's folder): seven rows with their evidence, each an asset "
+                        "check (`make scorecard`)."),
+        define_asset_job(
             p.named("check_freshness"), selection=AssetSelection.checks(*freshness_checks_for(p)),
             description="Evaluate the freshness checks now (their sensor does it every minute "
                         "while the daemon runs; the demo runs this at its end, so the UI shows "

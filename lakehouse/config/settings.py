@@ -262,6 +262,8 @@ class Settings(BaseSettings):
     # The downstream feed of gold's revisions (lakehouse.kafka.feed); unset: `feed_topic`'s
     # default, `<EVENTS_TOPIC>.reconciled` (a spec pipeline's: `<its topic>.reconciled`).
     reconciled_topic: Annotated[str, AfterValidator(_topic)] | None = _env("RECONCILED_TOPIC")
+    # Who answers for the pipeline (a team or an address): the readiness scorecard's governance.
+    pipeline_owner: str | None = _env("PIPELINE_OWNER")
     # A local path or a URI (file://, s3a://bucket/prefix, abfss://, gs://): lakehouse.config.storage.
     lakehouse_root: str = _env("LAKEHOUSE_ROOT", "./.lakehouse")
     window_size: WindowSize = _env(

@@ -126,6 +126,7 @@ def test_a_publisher_killed_at_its_commit_publishes_each_revision_once_and_is_fe
     result = feed.publish(settings)
     assert (result.first, result.last, result.published_version) == (1, 3, 3)
     assert (result.transactions, result.tombstones, result.unrevised) == (3, 1, 1)
+    assert result.withheld_open == 0  # version 0's open window: closed by version 1
     assert feed.publish(settings).transactions == 0  # nothing new: nothing sent
 
     messages = committed_messages(settings, settings.feed_topic)

@@ -398,3 +398,38 @@ def test_a_topic_cut_by_retention_is_reported_incomplete_never_proven(
         why = str([e.event_specific_data for e in result.all_events
                    if e.event_type_value == "STEP_FAILURE"])
         assert "retention cut the log" in why
+
+
+def test_the_scorecard_reports_seven_rows_with_evidence_and_names_what_is_missing(
+        published, monkeypatch):
+    """`make scorecard`'s job on the module's proven instance: the seven rows, each an asset
+    check with its evidence; governance fails until the deployment names an owner, and says so."""
+    import json
+
+    from lakehouse.config import storage
+
+    settings, instance, d = published
+    published.proven()  # the scorecard writes no table
+
+    def scorecard():
+        result, checks = run_job("report_scorecard", instance)
+        assert result.success
+        return {c.check_name: c for c in checks}
+
+    checks = scorecard()
+    assert set(checks) == {"timestamp", "lateness", "replay", "scaling", "cost", "governance",
+                           "observability"}
+    assert checks["replay"].passed  # the module's date is proven
+    assert checks["replay"].metadata["evidence"].value["differing_windows_by_date"] == {
+        d.isoformat(): 0}
+    assert checks["timestamp"].passed and checks["lateness"].passed
+    assert checks["observability"].passed  # alert rules with runbook sections, the feed at gold
+    assert not checks["governance"].passed and "PIPELINE_OWNER" in checks["governance"].description
+    report = json.loads(storage.read_text(settings.path("reports", "scorecard.json")))
+    assert [r["name"] for r in report["rows"]] == list(checks)
+    assert "Readiness scorecard" in storage.read_text(settings.path("reports", "scorecard.html"))
+
+    monkeypatch.setenv("PIPELINE_OWNER", "team-billing")
+    checks = scorecard()
+    assert checks["governance"].passed
+    assert checks["governance"].metadata["evidence"].value["owner"] == "team-billing"

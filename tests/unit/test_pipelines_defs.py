@@ -96,6 +96,7 @@ def test_each_spec_gets_the_assets_under_its_prefix_in_its_groups(loaded):
             # Its own daily partitions, from its own first event date (PARTITIONS_START here).
             assert out["first_partition"][f"{prefix}/{name}"] == "2025-01-01"
         assert groups[f"{prefix}/timeline_report"] == f"{prefix}_observe"
+        assert groups[f"{prefix}/readiness_scorecard"] == f"{prefix}_observe"
         assert f"{prefix}/reconciled_aggregates:reconciled_equals_replay" in out["checks"]
         assert f"{prefix}/replay_aggregates:fast_path_vs_replay" in out["checks"]
         assert f"{prefix}/streaming_aggregates:freshness_check" in out["checks"]
@@ -103,13 +104,13 @@ def test_each_spec_gets_the_assets_under_its_prefix_in_its_groups(loaded):
     # The default pipeline's keys and groups are the contract's.
     assert groups["bronze_events"] == "ingest" and groups["reconciled_aggregates"] == "reconcile"
     assert groups["timeline_report"] == "observe"
-    assert len(groups) == 3 * 8
+    assert len(groups) == 3 * 9
 
 
 def test_jobs_schedules_and_sensors_are_named_with_the_prefix(loaded):
     _, out = loaded
     default_jobs = ["check_freshness", "correct_dates", "reconcile_dates", "redrive_quarantine",
-                    "report_timeline", "reprocess_dates", "retire_generation", "stream_catch_up",
+                    "report_scorecard", "report_timeline", "reprocess_dates", "retire_generation", "stream_catch_up",
                     "switch_generation",
                     "table_maintenance", "verify_dates"]
     assert out["jobs"] == sorted([*default_jobs, *(f"{p}__{j}" for p in ("orders", "app_events")
