@@ -252,7 +252,7 @@ stream: setup kafka-up class-archive
 SCORECARD ?= readiness_scorecard
 scorecard: setup kafka-up
 	$(VENV)/bin/dagster asset materialize -m orchestration.definitions --select '$(SCORECARD)'
-	@echo "scorecard: $${LAKEHOUSE_ROOT:-./.lakehouse}/reports/scorecard.html"
+	@$(PY) -m assets.observe.scorecard
 
 # make materialize SELECT=<asset,...> [PARTITION=<date> | PARTITION_RANGE=<date>...<date>]
 #   [CONFIG='<run config JSON>']

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 import yaml
+from confluent_kafka import KafkaException
 
 from assets.pipelines import Pipeline
 from assets.resources import KafkaResource, LakehouseResource
@@ -75,6 +76,8 @@ def evaluate(p: Pipeline, settings: Settings, kafka: KafkaResource, instance) ->
         timestamps = None
     except TopicMisconfigured as exc:
         timestamps = str(exc)
+    except KafkaException as exc:  # no such topic yet, a broker down: said, not raised
+        timestamps = f"the topic {settings.events_topic!r} could not be described ({exc})"
     dates = sorted(bronze_dates(settings)) if delta_log.exists(settings, "bronze_events") else []
     gold = delta_log.exists(settings, "reconciled_aggregates")
     anchors = _runbook_anchors()
@@ -94,14 +97,16 @@ def evaluate(p: Pipeline, settings: Settings, kafka: KafkaResource, instance) ->
             {"policy": settings.timestamp_policy, "future_skew_s": settings.future_skew.total_seconds(),
              "topic": status.topic, "broker_timestamps": timestamps or "LogAppendTime",
              "event_dates": [d.isoformat() for d in dates]}, timestamps or ""),
-        Row("lateness", status.retention_warning is None,
+        Row("lateness", status.retention_ms is not None and status.retention_warning is None,
             "lakehouse_daily_late_events_waiting", f"watermark {settings.watermark_delay}, "
             f"horizon {settings.correction_horizon} within the topic's retention",
             "Dates proven (1) / unproven (0)", "docs/runbook.md#lakehousedateunproven",
             {"watermark_delay_s": settings.watermark_delay.total_seconds(),
              "correction_horizon_s": settings.correction_horizon.total_seconds(),
              "retention_ms": status.retention_ms, "retention_warning": status.retention_warning},
-            status.retention_warning or ""),
+            status.retention_warning or ("" if status.retention_ms is not None else
+                                         f"no retention read for {settings.events_topic!r}: "
+                                         "does the topic exist?")),
         Row("replay", bool(differing) and not any(differing.values()),
             "lakehouse_daily_proven", "every date: reconciled == replay",
             "Dates proven (1) / unproven (0)", "make materialize SELECT=replay_aggregates,reconciled_aggregates "
@@ -196,3 +201,21 @@ def scorecard_asset(p: Pipeline) -> dg.AssetsDefinition:
                     "metric": r.metric, "threshold": r.threshold, "rollback": r.rollback})
 
     return readiness_scorecard
+
+
+def main() -> int:
+    """`make scorecard`'s last step: the rows of the report the run wrote, a line each."""
+    settings = Settings.from_env()
+    text = storage.read_text(settings.path("reports", "scorecard.json"))
+    if text is None:
+        print("scorecard: no report written", flush=True)
+        return 1
+    for r in json.loads(text)["rows"]:
+        print(f"  {r['name']:14s} {'pass' if r['passed'] else 'FAIL'}"
+              + (f"  {r['todo']}" if r["todo"] else ""))
+    print(f"scorecard: {settings.path('reports', 'scorecard.html')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
