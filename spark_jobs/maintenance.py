@@ -40,6 +40,7 @@ from pyspark.sql import SparkSession
 
 from lakehouse.config.settings import Settings
 from lakehouse.config.storage import local_path
+from lakehouse.kafka.feed import unsent
 from lakehouse.tables.catalog import (
     ALL_TABLES,
     BRONZE,
@@ -47,6 +48,7 @@ from lakehouse.tables.catalog import (
     LATE,
     PROGRESS,
     QUARANTINE,
+    RECONCILED,
     SKIPPED,
     STREAMING,
     Table,
@@ -156,6 +158,9 @@ def maintain_table(spark: SparkSession, settings: Settings, table: Table, today:
             metrics = spark.sql(f"OPTIMIZE {table_ref(path)} WHERE {where}").first().metrics
             removed, added = metrics.numFilesRemoved, metrics.numFilesAdded
         hours = retention.total_seconds() / 3600
+        if table == RECONCILED and (kept := unsent(settings)):
+            # Gold's change data is the feed's source until it is sent.
+            return Maintained(table.name, dates, files, removed, added, hours, 0, skipped=kept)
         # The log says what VACUUM would delete (delta-rs, milliseconds); Spark's VACUUM (seconds
         # of directory listing per table) runs only when there is something.
         # (Data files only: delta-rs also lists the local file system's .crc sidecars.)

@@ -28,7 +28,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from lakehouse.config.settings import Settings
-from lakehouse.kafka.admin import ensure_topic
+from lakehouse.kafka.admin import admin, ensure_topic
 from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import RECONCILED
 
@@ -86,6 +86,9 @@ def ensure_feed_topics(settings: Settings) -> None:
 def published_version(settings: Settings, timeout: float = 30.0) -> int:
     """The newest gold version the feed carries (committed), -1 when none: the last progress
     record, read with `read_committed`."""
+    topic = progress_topic(settings)
+    if topic not in admin(settings).list_topics(timeout=timeout).topics:  # none sent yet
+        return -1
     consumer = Consumer({**settings.client_config, "group.id": "lakehouse-feed-progress",
                          "enable.auto.commit": False, "enable.partition.eof": True,
                          "isolation.level": "read_committed", "log_level": 3})
@@ -107,6 +110,23 @@ def published_version(settings: Settings, timeout: float = 30.0) -> int:
                 version = int(json.loads(msg.value())["gold_version"])
     finally:
         consumer.close()
+
+
+def unsent(settings: Settings) -> str | None:
+    """Why gold's change data must stay (a VACUUM would delete change data the feed has not sent
+    yet), or None when the feed carries gold's newest version."""
+    if not delta_log.exists(settings, RECONCILED.name):
+        return None
+    gold = delta_log.version(settings, RECONCILED.name)
+    try:
+        sent = published_version(settings)
+    except Exception as exc:  # noqa: BLE001 - the broker down, say so: keep the files
+        return f"the downstream feed's progress could not be read ({exc}): gold's change data kept"
+    if sent >= gold:
+        return None
+    return (f"the downstream feed {settings.feed_topic!r} carries gold up to version {sent} of "
+            f"{gold}: a VACUUM could delete change data it has not sent; run reconcile_dates "
+            "(its feed step) first")
 
 
 def _text(value) -> object:

@@ -98,9 +98,15 @@ def killed_publisher(point: str) -> None:
 
 
 def test_a_publisher_killed_at_its_commit_publishes_each_revision_once_and_is_fenced_by_the_next(
-        instance_env):
+        instance_env, spark):
+    from lakehouse.tables.catalog import RECONCILED
+    from spark_jobs.maintenance import maintain_table
+
     settings = instance_env
     gold_versions(settings)
+    # Nothing sent yet: table maintenance keeps gold's change data (no VACUUM), saying why.
+    kept = maintain_table(spark, settings, RECONCILED, date.today())
+    assert kept.files_vacuumed == 0 and "carries gold up to version -1 of 3" in kept.skipped
 
     killed_publisher("before_commit")  # version 0's transaction left open, never committed
     assert feed.published_version(settings) == -1
@@ -128,6 +134,7 @@ def test_a_publisher_killed_at_its_commit_publishes_each_revision_once_and_is_fe
     assert (result.transactions, result.tombstones, result.unrevised) == (3, 1, 1)
     assert result.withheld_open == 0  # version 0's open window: closed by version 1
     assert feed.publish(settings).transactions == 0  # nothing new: nothing sent
+    assert maintain_table(spark, settings, RECONCILED, date.today()).skipped == ""
 
     messages = committed_messages(settings, settings.feed_topic)
     revisions = [(k["window_start"], k["key"], v and v["revision"]) for k, v in messages]
