@@ -29,6 +29,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from assets.observe.freshness import deadline
 from assets.pipelines import DEFAULT, Pipeline, spec_pipelines
 from lakehouse.config.settings import Settings
+from lakehouse.kafka.feed import published_version
 from lakehouse.tables import delta_log
 from lakehouse.tables.generations import current
 from lakehouse.tables.reads import bronze_dates, read
@@ -171,19 +172,32 @@ class DailyCollector:
             "lakehouse_daily_last_success_timestamp_seconds",
             "When the job's last successful Dagster run ended (unix seconds).",
             labels=["pipeline", "job"])
+        feed = GaugeMetricFamily(
+            "lakehouse_feed_unsent_versions", "Gold versions the downstream feed "
+            "(RECONCILED_TOPIC) has not published yet (reconcile_dates publishes them).",
+            labels=["pipeline"])
         errors = GaugeMetricFamily(
             "lakehouse_daily_scrape_errors", "Pipelines whose daily metrics could not be read in "
             "this scrape (see the exporter's log).", labels=["pipeline"])
         for p in self.pipelines:
             try:
                 self._pipeline(p, fam, runs)
+                self._feed(p, feed)
                 errors.add_metric([p.name], 0)
             except Exception as exc:  # noqa: BLE001 - say it, keep serving the others
                 print(f"daily metrics: {p.name}: {exc}", file=sys.stderr, flush=True)
                 errors.add_metric([p.name], 1)
         yield from fam.values()
         yield runs
+        yield feed
         yield errors
+
+    @staticmethod
+    def _feed(p: Pipeline, feed: GaugeMetricFamily) -> None:
+        s = current(p.settings)
+        if delta_log.exists(s, "reconciled_aggregates"):
+            gold = delta_log.version(s, "reconciled_aggregates")
+            feed.add_metric([p.name], max(0, gold - published_version(s)))
 
     def _pipeline(self, p: Pipeline, fam: dict, runs: GaugeMetricFamily) -> None:
         s = current(p.settings)  # the current generation's folder

@@ -53,6 +53,8 @@ def test_the_scenario_as_daily_metrics(scenario):
     jobs = {dict(k[1])["job"] for k in got if k[0] == "lakehouse_daily_last_success_timestamp_seconds"}
     assert {"stream_catch_up", "reconcile_dates"} <= jobs
     assert got[("lakehouse_daily_scrape_errors", (("pipeline", "default"),))] == 0
+    # The scenario's last reconcile published every gold version to the downstream feed.
+    assert got[("lakehouse_feed_unsent_versions", (("pipeline", "default"),))] == 0
 
     # Without the proof's record (no Dagster instance), nothing is proven.
     bare = samples(DailyCollector([p], None))
