@@ -38,6 +38,7 @@ from lakehouse.tables.local_writes import replace_date
 from lakehouse.tables.locks import date_lock
 from lakehouse.tables.reads import DRIVER_ROWS_MAX
 from lakehouse.tables.state_rows import append_row, latest_row
+from spark_jobs.costs import measured
 from spark_jobs.tables import ensure_tables, read_table
 from spark_jobs.transforms.counting import events_for_date
 from spark_jobs.transforms.parse import classify, valid_columns
@@ -116,36 +117,10 @@ def _replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None,
         raise incomplete
     ranges, until = offset_ranges(settings, d, position, offsets)
     result = ReplayResult(d, ranges=ranges, read_until=until, bronze_version=version)
-    read = {p: r for p, r in ranges.items() if r[1] > r[0]}
-    if read:
-        topic = settings.events_topic
-        raw = (
-            spark.read.format("kafka")
-            .options(**settings.spark_kafka_options)
-            .option("assign", json.dumps({topic: sorted(read)}))  # only non-empty ranges
-            .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in read.items()}}))
-            .option("endingOffsets", json.dumps({topic: {str(p): hi for p, (_, hi) in read.items()}}))
-            .option("failOnDataLoss", "true")
-            .load()
-        )
-        # One pass: the counts ride along as observed metrics (no cache, no second read, no
-        # read-back of what was written; the observation also keeps Spark from pushing the
-        # validity filter into the parse).
-        records, windows_seen = Observation("replay_records"), Observation("replay_windows")
-        classified = classify(raw, settings).observe(
-            records, F.count(F.when(F.col("reason").isNotNull(), 1)).alias("quarantined"))
-        valid = classified.where(F.col("reason").isNull()).select(
-            *valid_columns(settings.shape))
-        windows = aggregate_windows(events_for_date(valid, settings, d), settings).observe(
-            windows_seen, F.count(F.lit(1)).alias("windows"),
-            F.sum("event_count").alias("events"))
-        result.records_read = sum(hi - lo for lo, hi in read.values())
-        _write_replay(spark, windows, settings, d, result.records_read)
-        result.quarantined = int(records.get["quarantined"])
-        result.windows = int(windows_seen.get["windows"])
-        result.events = int(windows_seen.get["events"] or 0)
-    else:
-        _write_replay(spark, None, settings, d, 0)
+    with measured(spark) as cost:
+        fetched = _read_and_write(spark, settings, d, ranges, result)
+    result.cost = {"kafka_records_fetched": result.records_read, "kafka_bytes_fetched": fetched,
+                   **_written(settings), **cost}
     row = (d, version, run_id, datetime.now(UTC))
     if not append_row(settings, REPLAY_STATE.name, dict(zip(
             ("event_date", "bronze_version", "run_id", "replayed_at"), row, strict=True))):
@@ -154,6 +129,53 @@ def _replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None,
         spark.createDataFrame([row], REPLAY_STATE.ddl).write.format(
             "delta").mode("append").save(settings.table_path(REPLAY_STATE.name))
     return result
+
+
+def _read_and_write(spark: SparkSession, settings: Settings, d: date,
+                    ranges: dict[int, tuple[int, int]], result: ReplayResult) -> int:
+    """Read `ranges` of the topic, count `d`'s windows into `result` and replace the date's
+    replay rows. Returns the bytes fetched (keys and values)."""
+    read = {p: r for p, r in ranges.items() if r[1] > r[0]}
+    if not read:
+        _write_replay(spark, None, settings, d, 0)
+        return 0
+    topic = settings.events_topic
+    raw = (
+        spark.read.format("kafka")
+        .options(**settings.spark_kafka_options)
+        .option("assign", json.dumps({topic: sorted(read)}))  # only non-empty ranges
+        .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in read.items()}}))
+        .option("endingOffsets", json.dumps({topic: {str(p): hi for p, (_, hi) in read.items()}}))
+        .option("failOnDataLoss", "true")
+        .load()
+    )
+    # One pass: the counts ride along as observed metrics (no cache, no second read, no
+    # read-back of what was written; the observation also keeps Spark from pushing the
+    # validity filter into the parse).
+    records, windows_seen = Observation("replay_records"), Observation("replay_windows")
+    classified = classify(raw, settings).observe(
+        records, F.count(F.when(F.col("reason").isNotNull(), 1)).alias("quarantined"),
+        F.sum(F.coalesce(F.col("value_bytes"), F.lit(0)) + F.coalesce(F.octet_length("record_key"),
+                                                F.octet_length(F.unbase64("record_key_base64")),
+                                                F.lit(0))).alias("bytes"))
+    valid = classified.where(F.col("reason").isNull()).select(*valid_columns(settings.shape))
+    windows = aggregate_windows(events_for_date(valid, settings, d), settings).observe(
+        windows_seen, F.count(F.lit(1)).alias("windows"), F.sum("event_count").alias("events"))
+    result.records_read = sum(hi - lo for lo, hi in read.values())
+    _write_replay(spark, windows, settings, d, result.records_read)
+    result.quarantined = int(records.get["quarantined"])
+    result.windows = int(windows_seen.get["windows"])
+    result.events = int(windows_seen.get["events"] or 0)
+    return int(records.get["bytes"] or 0)
+
+
+def _written(settings: Settings) -> dict:
+    """Bytes and files the replay's commit of replay_aggregates added (its newest commit:
+    replays of a date are serialized by the date lock)."""
+    commit = delta_log.read_commit(settings.table_path(REPLAY.name),
+                                   delta_log.version(settings, REPLAY.name))
+    adds = commit.adds if commit is not None else []
+    return {"bytes_written": sum(int(a.get("size", 0)) for a in adds), "files_written": len(adds)}
 
 
 def latest_replay(settings: Settings, d: date, run_id: str | None = None):

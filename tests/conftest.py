@@ -332,6 +332,9 @@ def scenario(tmp_path_factory, kafka_bootstrap, spark):
         for d in dates:
             result, checks = run_job("reconcile_dates", instance, partition_key=d.isoformat())
             outcomes[d] = (result.success, {c.check_name: c for c in checks})
+            outcomes["replay", d] = next(
+                {k: v.value for k, v in m.metadata.items()}
+                for m in result.asset_materializations_for_node("replay_aggregates"))
         yield settings, expected, dates, outcomes, chunks
 
 

@@ -35,6 +35,9 @@ class CorrectionsConfig(dg.Config):
     replays first, in the same run)."""
 
 
+COST_TOTALS = ("kafka_records_fetched", "kafka_bytes_fetched", "bytes_written", "files_written",
+               "jvm_cpu_s", "wall_s")
+
 PER_DATE_SCHEMA = dg.TableSchema(columns=[
     dg.TableColumn("event_date", "string"), dg.TableColumn("mode", "string"),
     dg.TableColumn("reason", "string"), dg.TableColumn("windows_recomputed", "int"),
@@ -151,6 +154,9 @@ def daily_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
             "windows": sum(r["windows"] for r in results),
             "events": sum(r["events"] for r in results),
             "records_read": sum(r["records_read"] for r in results),
+            # What the run's replays cost (spark_jobs.costs; per date in `per_date`).
+            "cost": dg.MetadataValue.json({k: round(sum(r["cost"].get(k) or 0 for r in results), 3)
+                                           for k in COST_TOTALS}),
             "bronze_versions": dg.MetadataValue.json({r["event_date"]: r["as_of_bronze_version"]
                                                       for r in results}),
             "per_date": dg.MetadataValue.json(results),

@@ -54,6 +54,12 @@ class ReplayResult:
     windows: int = 0
     read_until: datetime | None = None
     bronze_version: int | None = None  # the bronze version whose log position capped the read
+    # What the replay cost: Kafka records and bytes fetched, bytes and files written, the
+    # storage operations and CPU seconds measured around it (spark_jobs.costs).
+    cost: dict = field(default_factory=dict)
+    # What the replay cost: Kafka records and bytes fetched, bytes and files written, the
+    # storage operations and CPU seconds measured around it (spark_jobs.costs).
+    cost: dict = field(default_factory=dict)
 
     def as_metadata(self) -> dict:
         return {
@@ -65,6 +71,7 @@ class ReplayResult:
             "windows": self.windows,
             "read_until": self.read_until.isoformat() if self.read_until else None,
             "as_of_bronze_version": self.bronze_version,
+            "cost": self.cost,
         }
 
 

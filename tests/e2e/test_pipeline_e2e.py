@@ -199,3 +199,29 @@ def test_catch_up_metadata_agrees_with_the_tables(scenario):
     assert aggregates["late_events"] == read(settings, "late_events").num_rows
     assert sum(r["streaming_aggregates"]["late_events_in_run"] for r in runs) == len(expected.late)
     assert aggregates["freshness_newest_closed_window_s"] is not None
+
+
+def test_a_replay_run_records_what_it_cost(scenario):
+    """Each date's replay metadata carries its cost drivers: the Kafka records and bytes it
+    fetched, the bytes and files its commit wrote, the storage operations and the JVM's CPU
+    seconds around it (a local master: the executors are in that JVM)."""
+    from lakehouse.tables import delta_log
+
+    settings, _, dates, outcomes, _ = scenario
+    commit = delta_log.read_commit(settings.table_path("replay_aggregates"),
+                                   delta_log.version(settings, "replay_aggregates"))
+    for d in dates:
+        meta = outcomes["replay", d]
+        cost = meta["per_date"][0]["cost"]
+        assert cost["kafka_records_fetched"] == meta["records_read"] > 0
+        # Every record fetched has its bytes counted: at least an id, a key, a time and a value.
+        assert cost["kafka_bytes_fetched"] > 40 * meta["records_read"]
+        assert cost["files_written"] >= 1 and cost["bytes_written"] > 0
+        assert cost["measured_in"] == "local" and cost["jvm_cpu_s"] > 0
+        # The Hadoop file systems' counters that moved: none here (Kafka is read over the
+        # network and a small date's rows are written with delta-rs); s3a:// roots count requests.
+        assert all(k.split(".", 1)[0] in ("file", "s3a") for k in cost["storage"])
+        assert meta["cost"]["kafka_bytes_fetched"] == cost["kafka_bytes_fetched"]
+    # The last date's figures are its commit's: the table's newest commit is that replay's.
+    last = outcomes["replay", dates[-1]]["per_date"][0]["cost"]
+    assert last["bytes_written"] == sum(a["size"] for a in commit.adds)
