@@ -18,10 +18,11 @@ archive alone would give a hand-written job).
 With RUN_PATH_CONNECT=sc://127.0.0.1:15002 (a running Connect server, `make spark-up`), each round
 also copies the caught-up root before its first reconcile and runs, with SPARK_REMOTE set:
 `reconcile_first_connect` / `reconcile_again_connect` on that copy and `replay_connect`: the same
-runs with the server warm, beside the cold classic ones (issue 44); before the first of them,
+runs with the server warm, beside the cold classic ones; before the first of them,
 RUN_PATH_CONNECT_WARMUP (default 8) unrecorded reconciles over Connect warm the server's JIT as
 serving runs does (a fresh server's runs: 44, 19, 17, 16, 20, 17 s, then 12-16 s from the
-seventh on; docs/performance-log.md, 2026-11-28, sixth session). RUN_PATH_RECONCILE_ONLY=1
+seventh on, 2026-11-28; recorded: bench/results/connect-warmup-2026-11-28T205700.json).
+RUN_PATH_RECONCILE_ONLY=1
 leaves out the peers and the replays (the reconcile comparison alone).
 Plus the fixed costs of a fresh process, each measured alone: importing the code location,
 Great Expectations, pyspark, and starting a SparkSession.

@@ -19,7 +19,7 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 # execute_run` above all) spent ~1.5 s at its exit in the collector's last pass over the millions
 # of objects its imports built (Dagster, Great Expectations, pandas): frozen, they are left to
 # the process's end like the rest of its memory; atexit handlers and `__del__` of objects
-# outside cycles run as before (docs/performance-log.md, 2026-11-29, eighth session).
+# outside cycles run as before (measured 2026-11-29, commit 0302327).
 atexit.register(gc.freeze)
 
 import importlib  # noqa: E402

@@ -201,7 +201,7 @@ def _write_replay(spark: SparkSession, windows: DataFrame | None, settings: Sett
             else windows.withColumn("replayed_at", F.lit(datetime.now(UTC))))
     # Up to DRIVER_ROWS_MAX records read (a window per record at most), on a local root: the
     # windows collected and written with delta-rs, no snapshot of the table rebuilt by Spark
-    # and no write jobs (docs/performance-log.md, 2026-11-29). Else, and on an object store,
+    # and no write jobs (bench/results/run-path-2026-11-29T004137.json). Else, and on an object store,
     # written by Spark.
     if settings.local_root is not None and records <= DRIVER_ROWS_MAX:
         # toArrow: the one action (the observed counts complete with it).

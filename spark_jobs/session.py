@@ -48,8 +48,8 @@ def object_store_classpath(settings: Settings) -> dict[str, str]:
 # A short-lived driver JVM (one Dagster run in a fresh process) compiles with C1 only: C2's
 # compiler threads otherwise compete with the run's own work for the 2 cores through most of a
 # run that ends before C2's code pays off (a reconcile_dates run of a 3,000-event date: 143 s
-# vs 71 s and 78 s vs 49 s, A/B back to back on a loaded machine, docs/performance-log.md
-# 2026-11-25). Long-lived JVMs (the service, the tests' sessions, the bench) keep C2: the test
+# vs 71 s and 78 s vs 49 s, A/B back to back on a loaded machine,
+# 2026-11-25, commit be80114). Long-lived JVMs (the service, the tests' sessions, the bench) keep C2: the test
 # suite took 24 instead of 19 minutes with C1 only (2026-11-23). C1 only also shrinks the JVM's
 # default code cache from 240 to 48 MB, which a driver with the S3A/AWS SDK classes filled in a
 # minute (the object_store drill's service, 2026-11-28: "Out of space in CodeCache for
@@ -82,7 +82,7 @@ def class_archive_option(settings: Settings) -> str:
     deployment's `spark.driver.extraClassPath`); else nothing. A driver JVM that maps it loads
     Spark's, Delta's and Kafka's classes parsed and verified already: a one-run process's session
     in ~4 s instead of ~8 s and its first Delta command in ~3.5 s instead of ~5.9 s (AppCDS;
-    docs/performance-log.md, 2026-11-29, eighth session). A JVM that finds it unusable says so in
+    measured 2026-11-29, commit 5b3a676). A JVM that finds it unusable says so in
     one warning line and starts as without it."""
     if object_store_classpath(settings) or "spark.driver.extraClassPath" in \
             settings.spark_conf_overrides:

@@ -87,8 +87,8 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
 
     The missing tables are created side by side, one thread each: a creation is driver round
     trips and Delta log work, not cores, so a new root's eleven took 2.88 s instead of 11.28 s
-    in a warm JVM (medians of 4, interleaved, loaded machine; docs/performance-log.md,
-    2026-11-28): the first run of every root, and each test's new root."""
+    in a warm JVM (medians of 4, interleaved, loaded machine; 2026-11-28, commit
+    c8cb13d): the first run of every root, and each test's new root."""
     missing = [t for t in ALL_TABLES if not delta_log.exists(settings, t.name)]
     if not missing:
         return

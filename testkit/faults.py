@@ -104,7 +104,8 @@ def _spawn(args: list[str], env, log_path: str | Path | None,
     down with it, as a crash of the machine or container would (`crash`). Its JVM is
     `short_lived` unless `short_run` is False: a bench's service and peers run as `make stream`
     and spark-submit start them (with C1 only the service's batches cost ~1.5x: 47-75 µs a
-    record at 20k/s against ~31, docs/performance-log.md, 2026-11-29)."""
+    record at 20k/s against ~31, 2026-11-29: bench/results/service-peers-2026-11-29T065724.json
+    against bench/results/service-peers-2026-11-29T072856.json)."""
     if short_run:
         env = short_lived(env)
     if log_path is None:

@@ -4,7 +4,7 @@ A driver JVM in a fresh process (every Dagster run the daemon or `dagster asset 
 starts, the service, each test worker) spends seconds loading, parsing and verifying the classes
 of Spark, Delta and Kafka before its first job. Java 17 maps the classes of an archive instead:
 here a one-run process's session started in ~4 s instead of ~8 s and its first Delta command took
-~3.5 s instead of ~5.9 s (docs/performance-log.md, 2026-11-29, eighth session).
+~3.5 s instead of ~5.9 s (measured 2026-11-29, commit 5b3a676).
 
 The archive holds the classes a real run loads: a child process runs a catch-up and a
 `reconcile_dates` of a generated 3,000-event date (in-process Dagster runs on a scratch root and

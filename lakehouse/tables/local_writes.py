@@ -146,7 +146,8 @@ def replace_partitions(settings: Settings, table, column: str, value: str,
     `replaceWhere` overwrite without its check that every row matches the condition, from the
     driver on a local root: no snapshot state rebuilt by Spark jobs, no job for the files to
     remove (a streaming batch's publication: ~2.5 -> ~0.65 s and 4 -> 1 Spark jobs, the fold
-    left to Spark; docs/performance-log.md, 2026-11-29, ninth session). Files get `numRecords`,
+    left to Spark; 2026-11-29 on 6aae93d, end to end in
+    bench/results/service-peers-2026-11-29T081321.json). Files get `numRecords`,
     `nullCount` and exact minima and maxima (`EXACT_STATS_TYPES`, and the `exact_ms`
     timestamp columns)."""
     import os

@@ -2,7 +2,8 @@
 
 The classification (`spark_jobs.transforms.parse.classify`) is a few hundred Column expressions:
 building them costs thousands of py4j round trips (~0.7-1 s of a warm driver, measured
-2026-11-29: docs/performance-log.md), as much as a small run's whole replay. Built once into a
+2026-11-29: bench/results/step-ab-plan-2026-11-29T223444.json), as much as a small run's whole
+replay. Built once into a
 `Projections` per process and spec, each run, replay or redrive only applies them.
 """
 

@@ -11,8 +11,7 @@ The convention (docs/testing.md, "Citing a result file"), in README.md and docs/
   right above its table (the table's caption). The number, written with the decimals it shows,
   must be one of the cited files' JSON values rounded to those decimals (7.5 matches 7.49,
   700 does not match 694).
-- A bold figure in a unit that cites no file is an error, except in docs/performance-log.md
-  (dated history, kept as written; a file it does cite is checked all the same).
+- A bold figure in a unit that cites no file is an error, on every page (docs/changelog.md too).
 
 No Spark, no broker: files only.
 """
@@ -31,8 +30,6 @@ RESULTS = REPO / "bench" / "results"
 REFERENCE = re.compile(r"bench/results/([\w.<>-]+\.json)")
 FIGURE = re.compile(r"\*\*(\d[\d,]*(?:\.\d+)?)\s*(?:x|s|ms|%|MB|GB|/s)?\*\*")
 CODE_SPAN = re.compile(r"`[^`\n]*`")
-# History kept as written: bold figures there need no file (cited files are still checked).
-HISTORY = {"docs/performance-log.md"}
 
 
 def documents() -> dict[str, str]:
@@ -142,7 +139,7 @@ def problems(name: str, text: str) -> list[str]:
         if not figures:
             continue
         if not files:
-            if name not in HISTORY and not (kind == "row" and caption_refs):
+            if not (kind == "row" and caption_refs):
                 out += [f"{name}:{line}: **{f}** cites no result file" for f in figures]
             continue
         numbers = tuple(v for f in files for v in values(f))

@@ -20,9 +20,8 @@ README = (REPO / "README.md").read_text()
 # The README and every page of the docs site: a name is documented when any of them gives it.
 PAGES = {p: p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]}
 DOCS = "\n\n".join(PAGES.values())
-# Dated history, kept as written: it may name variables of benches since changed.
-HISTORY = REPO / "docs/performance-log.md"
-CURRENT = "\n\n".join(text for path, text in PAGES.items() if path != HISTORY)
+# Every page names only what exists today, docs/changelog.md included.
+CURRENT = DOCS
 ARCHITECTURE = (REPO / "docs/architecture.md").read_text()  # the folder table
 MAKEFILE = (REPO / "Makefile").read_text()
 PRODUCT = ("orchestration", "assets", "expectations", "spark_jobs", "lakehouse")
