@@ -31,7 +31,7 @@ else
 $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
 endif
 
-.PHONY: setup system-deps materialize scorecard kafka-up kafka-down demo test test-unit ui stream bench bench-guard bench-jfr bench-stages bench-steps bench-service bench-commits bench-run-path profile drills lint clean screenshots dagster-instance \
+.PHONY: setup system-deps materialize scorecard kafka-up kafka-down demo test test-unit ui stream bench bench-guard bench-jfr bench-stages bench-steps bench-service bench-commits bench-run-path bench-replay-cost profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down registry-up registry-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down cluster-connect-down demo-cluster ui-cluster test-cluster test-cluster-run \
 	observe-up observe-down daily-metrics dashboards test-alerts test-long spark-up spark-down \
@@ -316,6 +316,10 @@ profile: setup kafka-up class-archive
 # (bench.run_path: RUN_PATH_EVENTS=3000, RUN_PATH_ROUNDS=3).
 bench-run-path: setup kafka-up class-archive dagster-instance
 	$(PY) -m bench.run_path
+
+# What a replay costs by its drivers (records and bytes fetched, written, CPU): docs/cost.md.
+bench-replay-cost: setup kafka-up
+	$(PY) -m bench.replay_cost
 
 # What one small Delta commit costs here, by kind (plain/idempotent append, UPDATE), in Spark jobs.
 bench-commits: setup
