@@ -97,7 +97,56 @@ def killed_publisher(point: str) -> None:
     assert done.returncode == -9, (point, done.returncode, done.stderr[-2000:])
 
 
-def test_a_publisher_killed_at_its_commit_publishes_each_revision_once_and_is_fenced_by_the_next(
+def every_revision_once_and_the_fold_is_gold(settings) -> None:
+    """The topic after the restarted publisher: each window's revisions in order, none twice
+    and none missing; the messages' fields; the fold equal to gold's closed rows (the window
+    changed outside the pipeline at the same revision stays at what its revision published)."""
+    from lakehouse.tables.reads import read
+
+    messages = committed_messages(settings, settings.feed_topic)
+    revisions = [(k["window_start"], k["key"], v and v["revision"]) for k, v in messages]
+    assert len(set(revisions)) == len(revisions), revisions  # no (key, revision) twice
+    per_key = defaultdict(list)
+    for ws, key, revision in revisions:
+        per_key[(ws, key)].append(revision)
+    assert per_key == {
+        ("2026-11-30T10:00:00Z", "a"): [0, 1],
+        ("2026-11-30T10:01:00Z", "a"): [0],  # its same-revision change not sent
+        ("2026-11-30T10:02:00Z", "b"): [0, None, 2],  # removed, then back at revision 2
+        ("2026-11-30T10:03:00Z", "b"): [0],  # first sent when it closed
+    }
+    corrected = next(v for k, v in messages if v and v["revision"] == 1)
+    assert corrected["before"] == {"event_count": 2, "value_sum": "3.000000",
+                                   "value_min": "1.500000", "value_max": "1.500000"}
+    assert corrected["value_sum"] == "7.000000" and corrected["status"] == "corrected"
+    assert corrected["gold_version"] == 1 and corrected["window_end"] == "2026-11-30T10:01:00Z"
+    assert "event_fingerprint" not in corrected
+
+    gold = {window_of({"window_start": r["window_start"].isoformat().replace("+00:00", "Z"),
+                       "key": r["key"]}): r
+            for r in read(settings, "reconciled_aggregates").to_pylist()}
+    folded = fold(messages)
+    assert set(folded) == set(gold)
+    touched = window_of({"window_start": "2026-11-30T10:01:00Z", "key": "a"})
+    for k, v in folded.items():
+        g = gold[k]
+        assert (v["revision"], v["status"]) == (g["revision"], g["status"])
+        assert (Decimal(v["value_sum"]) == g["value_sum"]) == (k != touched), k
+
+
+def test_a_publisher_killed_before_its_commit_leaves_nothing_and_the_next_sends_it_once(
+        instance_env):
+    settings = instance_env
+    gold_versions(settings)
+    killed_publisher("before_commit")  # version 0's transaction left open, never committed
+    assert feed.published_version(settings) == -1
+    assert committed_messages(settings, settings.feed_topic) == []  # nothing visible
+    result = feed.publish(settings)  # aborts the open transaction, sends every version
+    assert (result.first, result.last, result.transactions) == (0, 3, 4)
+    every_revision_once_and_the_fold_is_gold(settings)
+
+
+def test_a_publisher_killed_after_its_commit_is_continued_once_and_a_second_one_fences_it(
         instance_env, spark):
     from lakehouse.tables.catalog import RECONCILED
     from spark_jobs.maintenance import maintain_table
@@ -108,8 +157,6 @@ def test_a_publisher_killed_at_its_commit_publishes_each_revision_once_and_is_fe
     kept = maintain_table(spark, settings, RECONCILED, date.today())
     assert kept.files_vacuumed == 0 and "carries gold up to version -1 of 3" in kept.skipped
 
-    killed_publisher("before_commit")  # version 0's transaction left open, never committed
-    assert feed.published_version(settings) == -1
     killed_publisher("after_commit")  # version 0 committed, the process gone before version 1
     assert feed.published_version(settings) == 0
     first = committed_messages(settings, settings.feed_topic)
@@ -135,37 +182,4 @@ def test_a_publisher_killed_at_its_commit_publishes_each_revision_once_and_is_fe
     assert result.withheld_open == 0  # version 0's open window: closed by version 1
     assert feed.publish(settings).transactions == 0  # nothing new: nothing sent
     assert maintain_table(spark, settings, RECONCILED, date.today()).skipped == ""
-
-    messages = committed_messages(settings, settings.feed_topic)
-    revisions = [(k["window_start"], k["key"], v and v["revision"]) for k, v in messages]
-    assert len(set(revisions)) == len(revisions), revisions  # no (key, revision) twice
-    per_key = defaultdict(list)
-    for ws, key, revision in revisions:
-        per_key[(ws, key)].append(revision)
-    assert per_key == {
-        ("2026-11-30T10:00:00Z", "a"): [0, 1],
-        ("2026-11-30T10:01:00Z", "a"): [0],  # its same-revision change not sent
-        ("2026-11-30T10:02:00Z", "b"): [0, None, 2],  # removed, then back at revision 2
-        ("2026-11-30T10:03:00Z", "b"): [0],  # first sent when it closed
-    }
-    corrected = next(v for k, v in messages if v and v["revision"] == 1)
-    assert corrected["before"] == {"event_count": 2, "value_sum": "3.000000",
-                                   "value_min": "1.500000", "value_max": "1.500000"}
-    assert corrected["value_sum"] == "7.000000" and corrected["status"] == "corrected"
-    assert corrected["gold_version"] == 1 and corrected["window_end"] == "2026-11-30T10:01:00Z"
-    assert "event_fingerprint" not in corrected
-
-    # The fold holds gold's closed rows (the same-revision change outside the pipeline aside:
-    # the window it touched stays at what its revision published).
-    from lakehouse.tables.reads import read
-
-    gold = {window_of({"window_start": r["window_start"].isoformat().replace("+00:00", "Z"),
-                       "key": r["key"]}): r
-            for r in read(settings, "reconciled_aggregates").to_pylist()}
-    folded = fold(messages)
-    assert set(folded) == set(gold)
-    touched = window_of({"window_start": "2026-11-30T10:01:00Z", "key": "a"})
-    for k, v in folded.items():
-        g = gold[k]
-        assert (v["revision"], v["status"]) == (g["revision"], g["status"])
-        assert (Decimal(v["value_sum"]) == g["value_sum"]) == (k != touched), k
+    every_revision_once_and_the_fold_is_gold(settings)
