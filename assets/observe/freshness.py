@@ -21,10 +21,10 @@ from dagster import (
     asset_check,
     build_last_update_freshness_checks,
 )
-from dagster._utils.schedules import cron_string_iterator  # what Dagster's own checks use
 
 from assets.pipelines import Pipeline
 from assets.resources import LakehouseResource
+from lakehouse.config import cron
 from lakehouse.config.settings import Settings, day_bounds
 from lakehouse.tables.reads import bronze_dates
 
@@ -35,7 +35,7 @@ def deadline(settings: Settings, d: date) -> datetime:
     """When date `d`'s reconciled partition is due: the first RECONCILED_DEADLINE_CRON tick
     (UTC) after the date ends."""
     end = day_bounds(d)[1]
-    return next(cron_string_iterator(end.timestamp(), settings.reconciled_deadline_cron, "UTC"))
+    return cron.next_after(settings.reconciled_deadline_cron, end)
 
 
 def due_date(settings: Settings, now: datetime) -> date:

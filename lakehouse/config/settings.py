@@ -37,7 +37,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
-from lakehouse.config import storage
+from lakehouse.config import cron, storage
 from lakehouse.events.shape import DEFAULT_SHAPE, EventShape
 from lakehouse.tables.catalog import CHECKPOINTS_DIR
 
@@ -186,8 +186,7 @@ def check_horizon(watermark_delay: timedelta, correction_horizon: timedelta,
 
 
 def _cron(text: str) -> str:
-    if len(text.split()) != 5:
-        raise ValueError("must be a 5-field cron expression (UTC)")
+    cron.parse(text)  # a ValueError naming the bad field
     return text
 
 
