@@ -7,7 +7,9 @@ date, commit and result file, and the plots under docs/images/ are drawn from th
 `page()` returns the page without writing (tests/unit/test_performance_page.py compares it with
 the page); `python -m bench.report` writes the page and the plots.
 
-A row's commit is the one the file records (`commit`), else the commit that added the file.
+A row's commit is the one the file records (`commit`: testkit.results.write_result records the
+checkout's), else, for files written before it did, the commit that added the file (so a file
+without one must be committed before `make report`, or its rows say `uncommitted`).
 """
 
 from __future__ import annotations
