@@ -31,7 +31,7 @@ else
 $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
 endif
 
-.PHONY: setup system-deps materialize scorecard kafka-up kafka-down demo test test-unit ui stream bench bench-guard bench-jfr bench-stages bench-steps bench-service bench-commits bench-run-path bench-replay-cost profile drills lint clean screenshots dagster-instance \
+.PHONY: setup system-deps materialize scorecard kafka-up kafka-down demo test test-unit ui stream bench bench-guard bench-jfr bench-stages bench-steps bench-service bench-commits bench-run-path bench-replay-cost report profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down registry-up registry-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down cluster-connect-down demo-cluster ui-cluster test-cluster test-cluster-run \
 	observe-up observe-down daily-metrics dashboards test-alerts test-long spark-up spark-down \
@@ -324,6 +324,11 @@ bench-replay-cost: setup kafka-up
 # What one small Delta commit costs here, by kind (plain/idempotent append, UPDATE), in Spark jobs.
 bench-commits: setup
 	$(PY) -m bench.commit_costs
+
+# docs/performance.md's tables and plots (docs/images/perf-*.png) from the newest files in
+# bench/results/ (bench.report); tests/unit/test_performance_page.py fails when they differ.
+report: $(VENV)/.installed
+	$(PY) -m bench.report
 
 # Fault drills (bench/drills): crashes, broker restart, concurrent writers, bad input at volume,
 # retention, authentication. DRILLS_SCALE=0.05 for a quick run; results in bench/results/.

@@ -26,7 +26,9 @@ def commit_of() -> str:
 def write_result(kind: str, result: dict) -> Path:
     """`result` (with an ISO `date`) to bench/results/<kind>-<date>T<time>.json, said on stdout.
     Never overwrites: the docs cite these files by name, so a later run of the same kind gets a
-    name of its own (a numeric suffix should two runs end in the same second)."""
+    name of its own (a numeric suffix should two runs end in the same second). The checkout's
+    commit is recorded unless `result` names one (`make report` shows it beside the figures)."""
+    result = {"commit": commit_of(), **result}
     RESULTS.mkdir(exist_ok=True)
     stamp = result["date"][:19].replace(":", "")
     out, n = RESULTS / f"{kind}-{stamp}.json", 1
