@@ -4,7 +4,8 @@ exists for both pipelines, and every dashboard panel's query finds data for each
 the demos ran. The demos are the real CLI (subprocesses, their live step the real service for
 DEMO_LIVE with events arriving); the daily exporter is `make daily-metrics`' process; Prometheus
 is the Debian binary with the project's rules (`observe_stack`). The default demo is also the
-suite's check of the demo's console, run storage and UI (`assert_reads_like_a_tool`)."""
+suite's check of the demo's console, run storage and UI (`assert_reads_like_a_tool`), of its
+downstream feed and of `make scorecard` on its deployment (`assert_fed_and_scored`)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, free_port, observe_stack
-from test_demo import assert_reads_like_a_tool, run_demo
+from test_demo import assert_fed_and_scored, assert_reads_like_a_tool, run_demo
 
 from testkit.infra import infra_module
 
@@ -87,6 +88,7 @@ def test_after_the_demos_prometheus_has_every_sli_and_panel_for_both_pipelines(
                            for line in done.stdout.splitlines()), done.stdout
                 if not extra:  # the default demo: its console, run storage and UI
                     assert_reads_like_a_tool(done, home, demo_env)
+                    assert_fed_and_scored(demo_env)  # its feed and `make scorecard`
             time.sleep(3)  # the exporter's last scrape and the rules' last evaluation
             end = time.time()
 

@@ -65,7 +65,10 @@ def assert_reads_like_a_tool(done, home: Path, env: dict) -> None:
     runs = [m.groups() for line in lines if (m := RUN_LINE.match(line))]
     assert [job for job, _, _ in runs][:1] == ["stream_catch_up"]
     assert {job for job, _, _ in runs} == {"stream_catch_up", "reconcile_dates", "report_timeline",
-                                           "check_freshness"}
+                                           "check_freshness", "report_scorecard"}
+    # The demo names its runner as the owner: every row of its scorecard passes.
+    assert any(line.startswith("  scorecard          7 of 7 rows pass") for line in lines), lines
+    assert any(line.startswith("  downstream feed") for line in lines), lines
     assert all(status == "ok" for _, status, _ in runs)
     # The event stream is in the run storage (what `make ui` shows), not on the console.
     instance = DagsterInstance.from_config(str(home))
@@ -160,3 +163,37 @@ def test_bad_setting_is_one_error_line_and_exit_code_2(tmp_path, env, message):
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def assert_fed_and_scored(env: dict) -> None:
+    """On a finished demo's deployment (`env`: its environment): the downstream feed, folded
+    by the consumer's rule, holds gold's closed windows; `make scorecard` writes its seven rows,
+    the replay proven, and the missing owner failing its row with what to do."""
+    import json
+
+    from lakehouse.config.env import overridden
+    from lakehouse.config.settings import Settings
+    from lakehouse.tables.reads import read
+    from testkit.feed import committed_messages, fold, window_of
+
+    with overridden({k: env[k] for k in ("LAKEHOUSE_ROOT", "EVENTS_TOPIC",
+                                         "KAFKA_BOOTSTRAP_SERVERS")}):
+        settings = Settings.from_env()
+    gold = {window_of({"window_start": r["window_start"].isoformat().replace("+00:00", "Z"),
+                       "key": r["key"]}): r
+            for r in read(settings, "reconciled_aggregates").to_pylist() if r["status"] != "open"}
+    folded = fold(committed_messages(settings, settings.feed_topic))
+    assert gold and set(folded) == set(gold)
+    assert all(folded[k]["value_sum"] == str(g["value_sum"]) and folded[k]["revision"]
+               == g["revision"] for k, g in gold.items())
+
+    done = subprocess.run(["make", "--no-print-directory", "scorecard"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads(
+        (Path(env["LAKEHOUSE_ROOT"]) / "reports" / "scorecard.json").read_text())["rows"]}
+    assert list(rows) == ["timestamp", "lateness", "replay", "scaling", "cost", "governance",
+                          "observability"]
+    assert rows["replay"]["passed"] and rows["timestamp"]["passed"] and rows["cost"]["passed"]
+    assert not rows["governance"]["passed"] and "PIPELINE_OWNER" in rows["governance"]["todo"]
+    assert re.search(r"^  governance\s+FAIL  no owner", done.stdout, re.M), done.stdout
