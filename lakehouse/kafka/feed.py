@@ -205,6 +205,17 @@ def _changes(settings: Settings, first: int, last: int) -> dict[int, list[dict]]
     return by_version
 
 
+def _produce(producer, topic: str, key: bytes, value: bytes | None) -> None:
+    """One message of a transaction; a full local queue (a large version: a reprocess of a big
+    date) is drained to the broker first, inside the same transaction."""
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value)
+            return
+        except BufferError:
+            producer.poll(0.5)
+
+
 def publish(settings: Settings, producer_factory=Producer) -> FeedResult:
     """Send every gold version the feed does not carry yet, one transaction each (its messages
     and its progress record). Raises FeedFenced when another publisher took over meanwhile."""
@@ -236,7 +247,7 @@ def publish(settings: Settings, producer_factory=Producer) -> FeedResult:
             out, withheld, unrevised = messages(settings, by_version.get(v, []), v)
             producer.begin_transaction()
             for key, value in out:
-                producer.produce(topic, key=key, value=value)
+                _produce(producer, topic, key, value)
             producer.produce(progress_topic(settings), key=progress_key, value=_encode({
                 "gold_version": v, "published_at": _text(datetime.now(UTC))}))
             producer.commit_transaction(60)
