@@ -248,7 +248,7 @@ def publish(settings: Settings, producer_factory=Producer) -> FeedResult:
             producer.begin_transaction()
             for key, value in out:
                 _produce(producer, topic, key, value)
-            producer.produce(progress_topic(settings), key=progress_key, value=_encode({
+            _produce(producer, progress_topic(settings), progress_key, _encode({
                 "gold_version": v, "published_at": _text(datetime.now(UTC))}))
             producer.commit_transaction(60)
             result["first"] = v if result["first"] is None else result["first"]

@@ -141,8 +141,11 @@ def test_a_publisher_killed_before_its_commit_leaves_nothing_and_the_next_sends_
     killed_publisher("before_commit")  # version 0's transaction left open, never committed
     assert feed.published_version(settings) == -1
     assert committed_messages(settings, settings.feed_topic) == []  # nothing visible
-    result = feed.publish(settings)  # aborts the open transaction, sends every version
-    assert (result.first, result.last, result.transactions) == (0, 3, 4)
+    # It aborts the open transaction and sends every version, through a local queue of one
+    # message (a version larger than the queue drains it inside its transaction).
+    result = feed.publish(settings, producer_factory=lambda conf: Producer(
+        {**conf, "queue.buffering.max.messages": 1}))
+    assert (result.first, result.last, result.transactions, result.messages) == (0, 3, 4, 7)
     every_revision_once_and_the_fold_is_gold(settings)
 
 
