@@ -1,11 +1,12 @@
 """docs/performance.md's generated regions are what `make report` (bench/report.py) writes from
-the newest files in bench/results/, and the plots the page shows exist. Files only."""
+the newest files in bench/results/ (testkit/perf_report.py), and the plots the page shows exist.
+Files only."""
 
 from __future__ import annotations
 
 import re
 
-from bench import report
+from testkit import perf_report as report
 
 
 def test_the_page_is_what_make_report_writes():
