@@ -64,7 +64,7 @@ def _last_materialization(instance, key: dg.AssetKey) -> dict | None:
     if event is None or event.asset_materialization is None:
         return None
     return {k: v.value for k, v in event.asset_materialization.metadata.items()
-            if isinstance(v.value, (int, float, str, bool))} | {
+            if isinstance(v.value, (int, float, str, bool)) or k == "cost"} | {
         "at": datetime.fromtimestamp(event.timestamp, UTC).isoformat()}
 
 
@@ -122,12 +122,13 @@ def evaluate(p: Pipeline, settings: Settings, kafka: KafkaResource, instance) ->
             {"capacity_result": capacity and capacity.name, "drill_result": drill and drill.name,
              "lag_now": status.lag},
             "" if capacity else "no capacity result: run make bench-service"),
-        Row("cost", replay is not None and "records_read" in replay,
-            "records_read per replay", "records read = the date's records",
-            "Throughput (records/s)", "docs/performance.md",
+        Row("cost", replay is not None and bool(replay.get("cost")),
+            "the replay's cost drivers (its metadata's `cost`)", "docs/cost.md's formula",
+            "Throughput (records/s)", "docs/cost.md",
             {"last_replay_records_read": replay and replay.get("records_read"),
-             "last_replay_events": replay and replay.get("events")},
-            "" if replay else "no replay run recorded: run reconcile_dates"),
+             "last_replay_cost": replay and replay.get("cost")},
+            "" if replay and replay.get("cost") else
+            "no replay run recorded its cost: run reconcile_dates"),
         Row("governance", bool(settings.pipeline_owner),
             "-", "an owner named", "-", "docs/security.md",
             {"owner": settings.pipeline_owner, "tables": storage.join(settings.root),

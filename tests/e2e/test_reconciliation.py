@@ -423,6 +423,8 @@ def test_the_scorecard_reports_seven_rows_with_evidence_and_names_what_is_missin
     assert checks["replay"].metadata["evidence"].value["differing_windows_by_date"] == {
         d.isoformat(): 0}
     assert checks["timestamp"].passed and checks["lateness"].passed
+    cost = checks["cost"].metadata["evidence"].value["last_replay_cost"]
+    assert checks["cost"].passed and cost["kafka_records_fetched"] > 0 and cost["jvm_cpu_s"] > 0
     assert checks["observability"].passed  # alert rules with runbook sections, the feed at gold
     assert not checks["governance"].passed and "PIPELINE_OWNER" in checks["governance"].description
     report = json.loads(storage.read_text(settings.path("reports", "scorecard.json")))
