@@ -29,7 +29,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from assets.observe.freshness import deadline
 from assets.pipelines import DEFAULT, Pipeline, spec_pipelines
 from lakehouse.config.settings import Settings
-from lakehouse.kafka.feed import published_version
 from lakehouse.tables import delta_log
 from lakehouse.tables.generations import current
 from lakehouse.tables.reads import bronze_dates, read
@@ -174,7 +173,8 @@ class DailyCollector:
             labels=["pipeline", "job"])
         feed = GaugeMetricFamily(
             "lakehouse_feed_unsent_versions", "Gold versions the downstream feed "
-            "(RECONCILED_TOPIC) has not published yet (reconcile_dates publishes them).",
+            "(RECONCILED_TOPIC) had not published at its last run (reconcile_dates publishes "
+            "them).",
             labels=["pipeline"])
         errors = GaugeMetricFamily(
             "lakehouse_daily_scrape_errors", "Pipelines whose daily metrics could not be read in "
@@ -192,12 +192,17 @@ class DailyCollector:
         yield feed
         yield errors
 
-    @staticmethod
-    def _feed(p: Pipeline, feed: GaugeMetricFamily) -> None:
+    def _feed(self, p: Pipeline, feed: GaugeMetricFamily) -> None:
+        """Gold's version minus the one the feed's last run published (its materialization's
+        metadata: a query of the run storage, where reading the progress topic would cost a
+        consumer and a second per scrape)."""
         s = current(p.settings)
-        if delta_log.exists(s, "reconciled_aggregates"):
-            gold = delta_log.version(s, "reconciled_aggregates")
-            feed.add_metric([p.name], max(0, gold - published_version(s)))
+        if self.instance is None or not delta_log.exists(s, "reconciled_aggregates"):
+            return
+        event = self.instance.get_latest_materialization_event(p.key("reconciled_feed"))
+        meta = event.asset_materialization.metadata if event and event.asset_materialization else {}
+        sent = meta["published_version"].value if "published_version" in meta else -1
+        feed.add_metric([p.name], max(0, delta_log.version(s, "reconciled_aggregates") - sent))
 
     def _pipeline(self, p: Pipeline, fam: dict, runs: GaugeMetricFamily) -> None:
         s = current(p.settings)  # the current generation's folder
