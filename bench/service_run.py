@@ -400,7 +400,7 @@ def main() -> int:
             "seconds": round(replay_span[1] - replay_span[0], 1), "succeeded": replay_rc == 0,
             "proof_after_passed": proof_rc == 0,
             "freshness_during_s": during(feeds[0].sent, feeds[0].seen, replay_span),
-            # The same run's probes sent before the replay started (issue 43's DW5 compares
+            # The same run's probes sent before the replay started (the target compares
             # the two p95s): BENCH_SERVICE_REPLAY_AFTER seconds of them.
             "freshness_before_s": during(feeds[0].sent, feeds[0].seen, [t0, replay_span[0]])}}
            if replay else {}),

@@ -1,4 +1,4 @@
-"""The quarantine redrive across an in-place spec edit (issue 46, done-when 2), through Dagster, on
+"""The quarantine redrive across an in-place spec edit, through Dagster, on
 a real broker, Spark, Delta and schema registry (Apicurio).
 
 Quarantined for two causes fixed later: version 2 of the order schema known to the registry under
