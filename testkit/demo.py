@@ -25,6 +25,7 @@ location (the spec is added to PIPELINES).
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import sys
 import time
@@ -34,7 +35,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
+from lakehouse.config import storage
 from lakehouse.config.settings import Settings, SettingsError, parse_duration
+from lakehouse.kafka.feed import published_version
 from lakehouse.specs.pipeline import PipelineSpec, selected_pipeline
 from lakehouse.tables import delta_log
 from testkit.console import Console, quiet_process_output
@@ -315,15 +318,9 @@ def demo(settings: Settings, knobs: Knobs, instance, console: Console,
                          run.named("timeline_report"))
                      if "path" in m.metadata), path)
     console.line(f"  timeline report    {path if report.success else 'FAILED'}")
-    from lakehouse.kafka.feed import published_version
-
     sent, gold = published_version(settings), delta_log.version(settings, "reconciled_aggregates")
     ok &= sent == gold
     console.line(f"  downstream feed    {settings.feed_topic}: gold version {sent} of {gold} published")
-    import json
-
-    from lakehouse.config import storage
-
     text = storage.read_text(settings.path("reports", "scorecard.json")) if card.success else None
     rows = json.loads(text)["rows"] if text else []
     failing = [r["name"] for r in rows if not r["passed"]]
