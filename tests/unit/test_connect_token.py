@@ -7,7 +7,9 @@ tests/e2e/test_connect_token.py."""
 from __future__ import annotations
 
 import os
+import re
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from lakehouse.config import connect_token
 from lakehouse.config.connect_token import new_token, read_token, token_file, with_local_token
 from lakehouse.config.settings import Settings, remote_shown
 from lakehouse.tables.locks import RemoteWork
+from testkit.infra import infra_module
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,3 +81,24 @@ def test_a_dead_sessions_url_carries_the_local_servers_token(tmp_path):
         url = _url(settings, RemoteWork(endpoint, "s-1", "me"))
         assert url.startswith("sc://localhost:15010/;") and url.count(";token=") == 1, url
         assert f";token={token}" in url and ";session_id=s-1" in url and ";user_id=me" in url
+
+
+def test_the_server_takes_no_token_of_the_launch_configuration(monkeypatch):
+    """spark.connect.authenticate.token would win over the token in the server's environment,
+    and the project's clients would present the wrong one: refused, naming the variable."""
+    connect = infra_module("spark/connect.py")
+    monkeypatch.setenv("SPARK_CONF_spark.connect.authenticate.token", "tok-5e1f")
+    with pytest.raises(connect.ServerError) as refused:
+        connect.server_conf(15002)
+    assert "SPARK_CONF_spark.connect.authenticate.token" in str(refused.value)
+    assert "tok-5e1f" not in str(refused.value)
+
+
+def test_make_ui_clusters_runs_read_the_clusters_server_token():
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
+    plan = subprocess.run(["make", "-n", "ui-cluster", "SPARK_REMOTE=sc://127.0.0.1:15002"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60).stdout
+    up = re.search(r"infra/spark/connect\.py --state-dir (\S+) up", plan)
+    assert up, plan
+    assert re.search(rf"SPARK_CONNECT_STATE_DIR={re.escape(up.group(1))}\s+\\?\s*\S*dagster dev",
+                     plan), plan
