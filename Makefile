@@ -102,6 +102,8 @@ kafka-down:
 # The Spark Connect server on 127.0.0.1:$SPARK_CONNECT_PORT (default 15002; infra/spark/connect.py,
 # state and server.log in .spark-connect/): a warm engine with the project's jars; runs use it when
 # SPARK_REMOTE=sc://127.0.0.1:15002 is set, and run classic (a driver of their own) without it.
+# It admits only clients presenting its token (a new one at each start, in
+# .spark-connect/connect-<port>.token, mode 0600): the project's runs read it there.
 spark-up: setup
 	@$(PY) infra/spark/connect.py up
 
@@ -188,12 +190,14 @@ demo-cluster: setup cluster-up
 	@$(CLUSTER_ENV); $(PY) -m testkit.demo
 
 # With SPARK_REMOTE naming this machine, the daily runs use a Spark Connect server attached to the
-# cluster: started first under the cluster's settings (state in .spark-connect-cluster; make
-# cluster-down stops it).
-CLUSTER_CONNECT := infra/spark/connect.py --state-dir $(CURDIR)/.spark-connect-cluster
+# cluster: started first under the cluster's settings (state in .spark-connect-cluster, where its
+# runs read its token; make cluster-down stops it).
+CLUSTER_CONNECT_STATE := $(CURDIR)/.spark-connect-cluster
+CLUSTER_CONNECT := infra/spark/connect.py --state-dir $(CLUSTER_CONNECT_STATE)
 ui-cluster: setup
 	@$(CLUSTER_INSTANCE)
 	@$(CLUSTER_ENV); $(if $(LOCAL_CONNECT),$(PY) $(CLUSTER_CONNECT) up &&) \
+	  SPARK_CONNECT_STATE_DIR=$(CLUSTER_CONNECT_STATE) \
 	  $(VENV)/bin/dagster dev -h 127.0.0.1 -p $${DAGSTER_PORT:-3000} -w workspace.yaml
 
 # The end-to-end scenario on the cluster stack with a broker stopped and a Spark worker killed

@@ -19,7 +19,9 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from pathlib import Path
 
+from lakehouse.config.connect_token import with_local_token
 from lakehouse.tables.locks import RemoteWork, on_orphaned_work, set_remote_work
 
 log = logging.getLogger(__name__)
@@ -44,14 +46,16 @@ def _reachable(endpoint: str) -> bool:
 
 def _url(settings, work: RemoteWork) -> str:
     """The dead session's URL: this run's SPARK_REMOTE parameters (token, TLS) when it names the
-    same server, the recorded session and user."""
+    same server, the recorded session and user; on the local server, its current token."""
     extra = ""
-    remote = settings.spark_remote or ""
+    remote = settings.spark_remote_url or ""
     if remote.startswith(f"sc://{work.endpoint}/;"):
         extra = ";" + ";".join(p for p in remote.split("/;", 1)[1].split(";")
                                if p and not p.startswith(("session_id=", "user_id=")))
     user = f";user_id={work.user_id}" if work.user_id else ""
-    return f"sc://{work.endpoint}/;session_id={work.session_id}{user}{extra}"
+    state = settings.spark_connect_state_dir
+    return with_local_token(f"sc://{work.endpoint}/;session_id={work.session_id}{user}{extra}",
+                            Path(state) if state else None)
 
 
 def stop_orphaned(settings, what: str, work: RemoteWork, timeout_s: float = 900.0) -> int:

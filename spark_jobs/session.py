@@ -206,7 +206,9 @@ def connect_session(settings: Settings, extra: dict | None = None) -> SparkSessi
     keys = CONNECT_SESSION_KEYS + (CONNECT_SIZED_KEYS if settings.shuffle_partitions_explicit
                                    else ())
     session_conf = {**{k: conf[k] for k in keys}, **(extra or {})}
-    spark = SparkSession.builder.remote(settings.spark_remote).config(map=session_conf).getOrCreate()
+    # The local server's token, when SPARK_REMOTE names it (Settings.spark_remote_url).
+    spark = SparkSession.builder.remote(settings.spark_remote_url).config(
+        map=session_conf).getOrCreate()
     # Its operations run in the server and outlive this process: recorded with the writer
     # locks, so the next holder stops what a killed run left running (spark_jobs.connect_work).
     record_session(spark)

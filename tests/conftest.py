@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -366,22 +367,40 @@ def observe_stack(state: Path, stream_ports: list[int], rules_dir: Path | None =
             stack.down()
 
 
+class LocalConnect(NamedTuple):
+    """The test session's Spark Connect server: its URL as a user gives it (no token), its
+    server.log, its state folder (its pid and token files) and its port; `env`: what a run's
+    environment sets to use it (SPARK_REMOTE, and the state folder its clients read the
+    server's token from)."""
+
+    url: str
+    log: Path
+    state: Path
+    port: int
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"SPARK_REMOTE": self.url, "SPARK_CONNECT_STATE_DIR": str(self.state)}
+
+
 @pytest.fixture(scope="session")
 def spark_connect(tmp_path_factory):
     """One Spark Connect server for the test session (infra/spark/connect.py, the script behind
-    `make spark-up`) on a free port with its own state dir: (its sc:// URL, its server.log).
-    Runs use it with SPARK_REMOTE set in their own process (a process holding a Connect session
-    starts no classic one, so never in a test worker's). Stopped at the end."""
+    `make spark-up`) on a free port with its own state dir: a `LocalConnect`. Runs use it with
+    its `env` set in their own process (a process holding a Connect session starts no classic
+    one, so never in a test worker's). Stopped at the end."""
     import subprocess
     import sys
 
     state = tmp_path_factory.mktemp("spark-connect")
+    port = free_port()
     cli = [sys.executable, str(REPO / "infra/spark/connect.py")]
-    args = ["--state-dir", str(state), "--port", str(free_port())]
+    args = ["--state-dir", str(state), "--port", str(port)]
     up = subprocess.run([*cli, "up", *args], capture_output=True, text=True, timeout=600)
     if up.returncode != 0:
         pytest.fail(f"the Spark Connect server did not start: {up.stderr.strip() or up.stdout}")
     try:
-        yield up.stdout.split(" on ", 1)[1].split()[0], state / "server.log"
+        yield LocalConnect(up.stdout.split(" on ", 1)[1].split()[0], state / "server.log", state,
+                           port)
     finally:
         subprocess.run([*cli, "down", *args], check=False, capture_output=True, timeout=120)

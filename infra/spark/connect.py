@@ -7,8 +7,12 @@ spark-connect_2.13-<version>.jar) with the project's Spark configuration
 (`spark_jobs.session.spark_conf` of the settings in this environment: the Delta/Kafka/Avro jars of
 .jars/spark, the Delta extension and catalog, the driver's memory and Java options, which only
 take effect at the JVM's start), listening on 127.0.0.1:$SPARK_CONNECT_PORT (15002) only; its
-Python workers run the project's venv. State under `.spark-connect/` (SPARK_CONNECT_STATE_DIR):
-pid file and `server.log`. Usage:
+Python workers run the project's venv. It admits only clients that present the token it was
+started with (Spark Connect's pre-shared token, lakehouse.config.connect_token): a new one at each
+start, handed to the JVM in its environment (SPARK_CONNECT_AUTHENTICATE_TOKEN, never on its
+command line) and to the clients in `connect-<port>.token` (mode 0600) of its state folder, which
+the project's clients read when SPARK_REMOTE names this server; removed when it stops. State under
+`.spark-connect/` (SPARK_CONNECT_STATE_DIR): pid file, token file and `server.log`. Usage:
 
     python infra/spark/connect.py up|down|status [--state-dir DIR] [--port N]
 
@@ -28,15 +32,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster import spark_home  # noqa: E402
-from daemon import REPO, Daemon, java_home, port_open, run_cli, taken  # noqa: E402
+from daemon import (  # noqa: E402
+    REPO,
+    Daemon,
+    ServerError,
+    java_home,
+    port_open,
+    run_cli,
+    taken,
+)
 
-from lakehouse.config import spark_secrets  # noqa: E402
+from lakehouse.config import connect_token, spark_secrets  # noqa: E402
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
 
 # The health check: a client session of its own process (a Connect session marks the process
-# as a Connect client for good, so never in the caller's).
+# as a Connect client for good, so never in the caller's). Its URL names no token: pyspark's
+# client takes it from SPARK_CONNECT_AUTHENTICATE_TOKEN in the check's environment.
 _CHECK = """
 import sys
 from pyspark.sql import SparkSession
@@ -53,6 +66,10 @@ def server_conf(port: int) -> dict[str, str]:
     from spark_jobs.session import spark_conf
 
     conf = spark_conf(Settings.from_env())
+    if connect_token.TOKEN_CONF in conf:
+        raise ServerError(f"SPARK_CONF_{connect_token.TOKEN_CONF} is set: the local Spark Connect "
+                          "server makes its own token at each start; unset it (a server with a "
+                          "token of yours is your own: SPARK_REMOTE=sc://...;token=...)")
     conf["spark.app.name"] = "eventtime-lakehouse-connect"
     conf["spark.connect.grpc.binding.address"] = "127.0.0.1"
     conf["spark.connect.grpc.binding.port"] = str(port)
@@ -69,18 +86,25 @@ class ConnectServer:
     def url(self) -> str:
         return f"sc://127.0.0.1:{self.port}"
 
+    @property
+    def token_file(self) -> Path:
+        return connect_token.token_file(self.state_dir, self.port)
+
     def _python(self) -> str:
         venv = REPO / ".venv" / "bin" / "python"
         return os.environ.get("PYSPARK_PYTHON", str(venv if venv.exists() else sys.executable))
 
     def healthy(self, timeout_s: float = 60.0) -> bool:
-        """A client session runs `select 1` within `timeout_s`."""
-        if not port_open(self.port):
+        """A client session presenting the server's token runs `select 1` within `timeout_s`."""
+        token = connect_token.read_token(self.state_dir, self.port)
+        if token is None or not port_open(self.port):
             return False
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+        env = {**{k: v for k, v in os.environ.items()
+                  if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")},
+               connect_token.TOKEN_ENV: token}
         try:
-            done = subprocess.run([self._python(), "-c", _CHECK, self.url], env=env,
+            done = subprocess.run([self._python(), "-c", _CHECK,
+                                   f"sc://localhost:{self.port}"], env=env,
                                   capture_output=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return False
@@ -90,6 +114,10 @@ class ConnectServer:
         home = spark_home()
         if self.daemon.pid() is not None and self.healthy():
             return f"Spark Connect server already running on {self.url} (pid {self.daemon.pid()})"
+        if self.daemon.pid() is not None and not self.token_file.exists():
+            raise ServerError(f"the Spark Connect server running on {self.url} (pid "
+                              f"{self.daemon.pid()}) was started without a token: stop it "
+                              "(make spark-down), then start it again")
         if self.daemon.pid() is None:
             if port_open(self.port):
                 raise taken(self.port, "SPARK_CONNECT_PORT")
@@ -106,6 +134,8 @@ class ConnectServer:
             python = self._python()
             env = {**{k: v for k, v in os.environ.items()
                       if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")},
+                   # The server's token: a new one at each start, in its environment only.
+                   connect_token.TOKEN_ENV: connect_token.new_token(self.state_dir, self.port),
                    "SPARK_HOME": str(home), "JAVA_HOME": java_home(),
                    "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": python,
                    "PYSPARK_DRIVER_PYTHON": python,
@@ -115,10 +145,11 @@ class ConnectServer:
             self.daemon.start(cmd, env=env, cwd=self.state_dir)
         self.daemon.wait_ready(lambda: self.healthy(timeout_s=30), wait_s)
         return (f"Spark Connect server up on {self.url} (pid {self.daemon.pid()}), "
-                f"log: {self.daemon.log_file}")
+                f"token in {self.token_file}, log: {self.daemon.log_file}")
 
     def down(self) -> str:
         pid = self.daemon.stop(wait_s=30, group=True)
+        self.token_file.unlink(missing_ok=True)
         return f"Spark Connect server stopped (pid {pid})" if pid else \
             "Spark Connect server not running"
 

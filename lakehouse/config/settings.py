@@ -37,7 +37,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
-from lakehouse.config import cron, storage
+from lakehouse.config import connect_token, cron, storage
 from lakehouse.events.shape import DEFAULT_SHAPE, EventShape
 from lakehouse.tables.catalog import CHECKPOINTS_DIR
 
@@ -304,6 +304,9 @@ class Settings(BaseSettings):
     # may carry `;token=...`: never in the repr (`remote_shown` masks the token).
     spark_remote: Annotated[str | None, AfterValidator(_connect_url)] = _env("SPARK_REMOTE",
                                                                                repr=False)
+    # The state folder of the local Connect server (`make spark-up`, infra/spark/connect.py):
+    # where its clients find its token (`spark_remote_url`); unset: the repo's .spark-connect.
+    spark_connect_state_dir: str | None = _env("SPARK_CONNECT_STATE_DIR")
     # Pass-through families (`_PassThrough`); secret: SASL password, JAAS line, keys.
     spark_conf_extra: dict[str, SecretStr] = Field(default_factory=dict)
     kafka_options: dict[str, SecretStr] = Field(default_factory=dict)
@@ -412,6 +415,15 @@ class Settings(BaseSettings):
     def spark_conf_overrides(self) -> dict[str, str]:
         """SPARK_CONF_* as Spark keys and plain values (for the session builder only)."""
         return {k: v.get_secret_value() for k, v in self.spark_conf_extra.items()}
+
+    @property
+    def spark_remote_url(self) -> str | None:
+        """SPARK_REMOTE as the clients connect with it (for the session builder only: it may
+        hold a token): naming the local Connect server (`sc://127.0.0.1:<port>`, no token of
+        its own), host `localhost` and the token that server was started with, read from its
+        state folder at each call; any other URL as given (`connect_token.with_local_token`)."""
+        state = self.spark_connect_state_dir
+        return connect_token.with_local_token(self.spark_remote, Path(state) if state else None)
 
     @property
     def lock_dsn(self) -> str | None:

@@ -234,11 +234,13 @@ def test_the_pipeline_on_object_storage_a_spark_cluster_postgres_and_three_broke
     # environment, which its runs inherit): the runs start no JVM of their own.
     figures["automation_stopped"] = stop_automation(instance)
     server = ["--state-dir", str(tmp_path / "spark-connect"), "--port", str(free_port())]
+    # Its runs read the server's token from its state folder.
     server_log = tmp_path / "spark-connect" / "server.log"
     daemon = None
     try:
         remote = infra("infra/spark/connect.py", "up", *server).split(" on ", 1)[1].split()[0]
-        daemon_env = {**os.environ, "SPARK_REMOTE": remote}
+        daemon_env = {**os.environ, "SPARK_REMOTE": remote,
+                      "SPARK_CONNECT_STATE_DIR": str(tmp_path / "spark-connect")}
         since = time.time()
         daemon = subprocess.Popen(
             [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", "workspace.yaml"],

@@ -42,11 +42,11 @@ def home_and_evening(tmp_path):
                                                                  microsecond=0)
 
 
-def start_run(day, home, remote: str | None, log):
+def start_run(day, home, remote: dict[str, str] | None, log):
+    """`remote`: the Connect server's environment (SPARK_REMOTE and its state folder)."""
     env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
     env["DAGSTER_HOME"] = str(home)
-    if remote:
-        env["SPARK_REMOTE"] = remote
+    env.update(remote or {})
     return _spawn([sys.executable, "-m", "dagster", "job", "execute", "-m",
                    "orchestration.definitions", "-j", "reconcile_dates", "--tags",
                    json.dumps({"dagster/partition": day.isoformat()})], env, log)
@@ -85,7 +85,8 @@ def test_killed_reconcile_leaves_no_lock_and_next_run_proves(mode, instance_env,
     from lakehouse.tables.locks import RemoteWork, lock_holder
     from testkit.generator import GeneratorConfig, generate, produce
 
-    url, server_log = spark_connect if mode == "connect" else (None, None)
+    remote, server_log = (spark_connect.env, spark_connect.log) if mode == "connect" else \
+        (None, None)
     settings = instance_env
     home, end = home_and_evening(tmp_path)
     day = end.date()
@@ -97,8 +98,8 @@ def test_killed_reconcile_leaves_no_lock_and_next_run_proves(mode, instance_env,
     assert result.success
 
     started = time.monotonic()
-    operations = executions(server_log) if url else 0
-    run = start_run(day, home, url, tmp_path / "killed.log")
+    operations = executions(server_log) if remote else 0
+    run = start_run(day, home, remote, tmp_path / "killed.log")
     landed = kill_corrections(run, settings, "merge_files_written", timeout=900)
     assert landed, f"the run ended before its MERGE could be killed: {output(run)}"
     dead = run.pid
@@ -118,7 +119,7 @@ def test_killed_reconcile_leaves_no_lock_and_next_run_proves(mode, instance_env,
     instance.report_run_failed(killed)
     instance.event_log_storage.free_concurrency_slots_for_run(killed.run_id)
 
-    nxt = start_run(day, home, url, tmp_path / "next.log")
+    nxt = start_run(day, home, remote, tmp_path / "next.log")
     finished(nxt)
     if mode == "connect":
         assert "stopped the Spark Connect session" in output(nxt, 10**7)
@@ -152,7 +153,7 @@ def test_killed_reconcile_leaves_no_lock_and_next_run_proves(mode, instance_env,
     produce(settings, generate(late).records)
     result, _ = run_job("stream_catch_up", catch_ups, quiet=True)
     assert result.success
-    finished(start_run(day, home, url, tmp_path / "late.log"))
+    finished(start_run(day, home, remote, tmp_path / "late.log"))
     last_checks(instance)
     assert len(rows(settings, "late_corrections", day)) > len(log), \
         "the late events corrected no published window"
