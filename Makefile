@@ -18,6 +18,10 @@ TEST_WORKERS ?= 2
 # `make pg-up`, then `make setup DAGSTER_INSTANCE=postgres` puts infra/dagster-postgres.yaml in
 # DAGSTER_HOME; the DAGSTER_PG_* defaults below reach every Dagster process make starts).
 DAGSTER_INSTANCE ?= sqlite
+# The local servers' generated secrets (infra/local_secrets.py; made by pg-up, s3-up and the
+# cluster targets): owner-only, never in the repo.
+export LOCAL_SECRETS_FILE ?= $(CURDIR)/.secrets/local.env
+LOCAL_SECRETS := $(LOCAL_SECRETS_FILE)
 ifeq ($(DAGSTER_INSTANCE),sqlite)
 DAGSTER_YAML := infra/dagster.yaml
 else ifeq ($(DAGSTER_INSTANCE),postgres)
@@ -25,7 +29,7 @@ DAGSTER_YAML := infra/dagster-postgres.yaml
 export DAGSTER_PG_HOST ?= 127.0.0.1
 export DAGSTER_PG_PORT ?= 5433
 export DAGSTER_PG_USERNAME ?= dagster
-export DAGSTER_PG_PASSWORD ?= lakehouse-local-secret
+export DAGSTER_PG_PASSWORD ?= $(shell sed -n 's/^DAGSTER_PG_PASSWORD=//p' $(LOCAL_SECRETS) 2>/dev/null)
 export DAGSTER_PG_DB ?= dagster
 else
 $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
@@ -181,7 +185,8 @@ demo: setup kafka-up class-archive
 # standalone, Dagster on PostgreSQL in .dagster_home_cluster, three brokers). The servers keep
 # running afterwards for `make ui-cluster`; `make cluster-down` stops them.
 CLUSTER_HOME := $(CURDIR)/.dagster_home_cluster
-CLUSTER_ENV := set -a; . infra/cluster.env; set +a; export DAGSTER_HOME=$(CLUSTER_HOME)
+CLUSTER_ENV := $(PY) infra/local_secrets.py ensure >/dev/null || exit 1; set -a; \
+	. $(LOCAL_SECRETS); . infra/cluster.env; set +a; export DAGSTER_HOME=$(CLUSTER_HOME)
 # A recipe line holding $(MAKE) runs even under `make -n`: such lines call make only.
 CLUSTER_INSTANCE := $(MAKE) --no-print-directory dagster-instance DAGSTER_INSTANCE=postgres \
 	DAGSTER_HOME=$(CLUSTER_HOME)

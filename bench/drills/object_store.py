@@ -43,6 +43,7 @@ import os
 import pickle
 import re
 import signal
+import string
 import subprocess
 import sys
 import time
@@ -91,14 +92,25 @@ MAINT_RUN = "maintenance-run "
 # ---------------------------------------------------------------------------------------------
 # The stack
 # ---------------------------------------------------------------------------------------------
-def cluster_env() -> dict[str, str]:
-    """infra/cluster.env as a dict (KEY=VALUE lines; comments skipped)."""
+def _env_file(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines as a dict (comments skipped)."""
     out = {}
-    for line in CLUSTER_ENV.read_text().splitlines():
+    for line in path.read_text().splitlines():
         line = line.strip()
         if line and not line.startswith("#") and "=" in line:
             key, value = line.split("=", 1)
             out[key.strip()] = value.strip()
+    return out
+
+
+def cluster_env() -> dict[str, str]:
+    """infra/cluster.env as a dict, as `make` sources it: over the local stack's generated
+    secrets (infra/local_secrets.py), its `${...}` expanded from them."""
+    made = subprocess.run([sys.executable, str(REPO / "infra/local_secrets.py"), "ensure"],
+                          capture_output=True, text=True, check=True)
+    out = _env_file(Path(made.stdout.strip()))
+    for key, value in _env_file(CLUSTER_ENV).items():
+        out[key] = string.Template(value).substitute(out)
     return out
 
 

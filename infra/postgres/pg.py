@@ -5,7 +5,8 @@ the `postgresql` package, which `make setup` installs: `make system-deps`). The 
 lives in `.postgres/` of the repo: data in `.postgres/data`, its unix socket in `.postgres/run`
 (mode 0700), log in `.postgres/postgres.log`. It listens on 127.0.0.1:$PG_PORT only (default
 5433; DAGSTER_PG_PORT is read too). The runs log in over TCP as DAGSTER_PG_USERNAME with the
-password DAGSTER_PG_PASSWORD (local-stack defaults when unset; never printed): a role that is not
+password DAGSTER_PG_PASSWORD (when unset, the one generated at set-up in the owner-only
+`.secrets/local.env`: infra/local_secrets.py; never printed): a role that is not
 a superuser (no `COPY ... TO PROGRAM`, no new roles or databases), owner of the database
 DAGSTER_PG_DB (default `dagster`), which `up` creates. The cluster's own superuser (`postgres`)
 has no password: it logs in only over the owner-only unix socket, which trusts its owner. PostgreSQL refuses to
@@ -28,11 +29,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import local_secrets  # noqa: E402
 from daemon import REPO, ServerError, port_open, run_cli, tail, taken  # noqa: E402
 
 DEFAULT_USER = "dagster"
 SUPERUSER = "postgres"  # the cluster's bootstrap role: the owner-only socket only
-DEFAULT_PASSWORD = "lakehouse-local-secret"
 DEFAULT_DB = "dagster"
 
 
@@ -143,15 +144,15 @@ class Postgres:
             if done.returncode != 0:
                 raise ServerError(f"PostgreSQL did not start: see {self.log_file}\n"
                                   + tail(self.log_file))
-        # The runs' role: not a superuser, its password from the environment (TCP logins use
-        # it), owner of the database.
+        # The runs' role: not a superuser, its password from the environment or the generated
+        # local secrets (TCP logins use it), owner of the database.
         try:
             self._psql(bindir, "SELECT 1;")
         except ServerError:
             raise ServerError(f"{self.data_dir} was created by an older version of this script "
                               f"(its superuser is not {SUPERUSER}): stop it and delete "
                               f"{self.state_dir} (make pg-down; rm -rf {self.state_dir})") from None
-        password = _env("DAGSTER_PG_PASSWORD", DEFAULT_PASSWORD).replace("'", "''")
+        password = local_secrets.value("DAGSTER_PG_PASSWORD").replace("'", "''")
         exists = self._psql(bindir, f"SELECT 1 FROM pg_roles WHERE rolname = '{self.user}';")
         verb = "ALTER" if exists == "1" else "CREATE"
         try:

@@ -3,8 +3,9 @@
 Runs `org.gaul:s3proxy` (jar-with-dependencies, fetched by `make setup` into .jars/s3proxy) with
 its `filesystem-nio2` backend: objects are files under `.s3proxy/data`, a bucket is a folder there,
 so `up` creates the bucket `$S3_BUCKET` (default `lakehouse`) by creating its folder. Requests
-are signed (AWS v2 or v4) with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (local-stack defaults
-when unset; never printed). Usage:
+are signed (AWS v2 or v4) with AWS_ACCESS_KEY_ID (default `lakehouse`) / AWS_SECRET_ACCESS_KEY
+(when unset, the secret generated at set-up in the owner-only `.secrets/local.env`:
+infra/local_secrets.py; never printed). Usage:
 
     python infra/s3/s3proxy.py up|down|status [--state-dir DIR] [--port N] [--bucket NAME]
 
@@ -21,17 +22,17 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import local_secrets  # noqa: E402
 from daemon import REPO, Daemon, ServerError, java, port_open, run_cli, taken  # noqa: E402
 
 JARS = REPO / ".jars" / "s3proxy"
 DEFAULT_KEY_ID = "lakehouse"
-DEFAULT_SECRET = "lakehouse-local-secret"
 BACKEND = "filesystem-nio2"  # S3Proxy deprecates the jclouds "filesystem" one
 
 
 def credentials() -> tuple[str, str]:
     return (os.environ.get("AWS_ACCESS_KEY_ID") or DEFAULT_KEY_ID,
-            os.environ.get("AWS_SECRET_ACCESS_KEY") or DEFAULT_SECRET)
+            local_secrets.value("AWS_SECRET_ACCESS_KEY"))
 
 
 def answers(port: int) -> bool:

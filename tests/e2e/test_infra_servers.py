@@ -65,17 +65,24 @@ def test_postgres_holds_a_dagster_instance(monkeypatch):
     state = Path(tempfile.mkdtemp(prefix="lakehouse-pg-test-", dir="/tmp"))
     state.chmod(0o755)
     port = free_port()
-    env = {"DAGSTER_PG_USERNAME": "dagster", "DAGSTER_PG_PASSWORD": SECRET,
+    # No password given: the role's is generated at set-up into the owner-only secrets file.
+    secrets_file = state / "secrets" / "local.env"
+    env = {"DAGSTER_PG_USERNAME": "dagster", "DAGSTER_PG_PASSWORD": "",
+           "LOCAL_SECRETS_FILE": str(secrets_file),
            "DAGSTER_PG_DB": "dagster_test", "DAGSTER_PG_HOST": "127.0.0.1",
            "DAGSTER_PG_PORT": str(port)}
     args = ["--state-dir", str(state / "pg"), "--port", str(port)]
     try:
         up = script("infra/postgres/pg.py", "up", *args, env=env)
         started(up, "PostgreSQL")
-        assert SECRET not in up.stdout + up.stderr
+        assert oct(secrets_file.stat().st_mode & 0o777) == "0o600"
+        password = dict(line.split("=", 1) for line in secrets_file.read_text().splitlines()
+                        if "=" in line and not line.startswith("#"))["DAGSTER_PG_PASSWORD"]
+        assert len(password) >= 32 and password not in up.stdout + up.stderr
         again = script("infra/postgres/pg.py", "up", *args, env=env)
         assert again.returncode == 0 and "already running" in again.stdout
-        with psycopg2.connect(host="127.0.0.1", port=port, user="dagster", password=SECRET,
+        env["DAGSTER_PG_PASSWORD"] = password
+        with psycopg2.connect(host="127.0.0.1", port=port, user="dagster", password=password,
                               dbname="dagster_test") as conn, conn.cursor() as cur:
             cur.execute("SELECT inet_server_addr()::text")
             assert cur.fetchone()[0].startswith("127.0.0.1")
