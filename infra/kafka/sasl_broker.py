@@ -5,8 +5,9 @@ it; what differs:
 - the listener: `SASL_PLAINTEXT://127.0.0.1:<port>` (also the inter-broker listener, as user
   `broker`), SCRAM-SHA-512 the only enabled mechanism; the controller listener stays PLAINTEXT;
 - the credentials: added to the metadata log when the storage is formatted (`kafka-storage
-  format --add-scram`), as salted passwords computed here, so no plaintext password is passed
-  on a command line;
+  format --add-scram`), as salted passwords computed here; a salted password lets its holder
+  log in as the user, so the format's arguments reach the JVM in an owner-only argument file
+  (`java @file`), never on its command line;
 - its log: the network layer logs each failed authentication (`Failed authentication with
   ...`, at INFO), which `failed_authentications()` counts.
 
@@ -131,12 +132,19 @@ class SaslBroker(Broker):
             return
         scram = [("--add-scram", scram_credential(name, password)) for name, password in
                  {"broker": self._broker_password, **self.users}.items()]
-        done = subprocess.run(
-            [java, "-cp", cp, f"-Dlog4j2.configurationFile={self.log_config}",
-             "kafka.tools.StorageTool", "format", f"--cluster-id={_broker.new_cluster_id()}",
-             "-c", str(self.config), *[a for pair in scram for a in pair]],
-            capture_output=True, text=True,
-        )
+        args = ["kafka.tools.StorageTool", "format", f"--cluster-id={_broker.new_cluster_id()}",
+                "-c", str(self.config), *[a for pair in scram for a in pair]]
+        # The launcher reads the main class and its arguments from the file: single-quoted
+        # (the credentials hold double quotes; base64 and the paths hold no single quote).
+        argfile = self.state_dir / "format.args"
+        fd = os.open(argfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(f"'{a}'" for a in args) + "\n")
+        try:
+            done = subprocess.run([java, "-cp", cp, f"-Dlog4j2.configurationFile={self.log_config}",
+                                   f"@{argfile}"], capture_output=True, text=True)
+        finally:
+            argfile.unlink(missing_ok=True)
         if done.returncode != 0:
             raise BrokerError(
                 f"formatting Kafka storage failed: {done.stderr.strip() or done.stdout.strip()}")

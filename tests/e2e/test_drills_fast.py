@@ -36,6 +36,37 @@ def sasl(tmp_path_factory):
         forget_admins(broker.bootstrap)  # no reconnects to a broker that is gone
 
 
+def test_the_users_credentials_are_on_no_command_line_when_the_storage_is_formatted(
+        tmp_path, monkeypatch):
+    """The salted passwords the format adds (enough to log in as the user) reach the JVM in an
+    owner-only argument file that is gone afterwards: the format's argv holds none of them."""
+    import subprocess
+
+    from testkit.infra import sasl_broker_module
+
+    module = sasl_broker_module()
+    password = "fmt-" + secrets.token_urlsafe(16)
+    broker = module.SaslBroker(tmp_path / "b", free_port(), free_port(), users={"u": password})
+    broker.state_dir.mkdir(parents=True, exist_ok=True)
+    broker._render_config()
+    launched, real_run = [], subprocess.run
+
+    def spy(args, **kw):  # the real format, its argv and argument file recorded
+        launched.append(list(args))
+        files = [a[1:] for a in args if str(a).startswith("@")]
+        launched.append([oct(os.stat(f).st_mode & 0o777) for f in files])
+        launched.append([open(f).read() for f in files])
+        return real_run(args, **kw)
+
+    monkeypatch.setattr(module.subprocess, "run", spy)
+    broker._format_once(broker._java(), broker._classpath())
+    argv, modes, contents = launched
+    assert (broker.data_dir / "meta.properties").exists()  # formatted
+    assert modes == ["0o600"] and "saltedpassword=" in contents[0] and "name=u," in contents[0]
+    assert not any("salt" in a or "scram" in a.lower() for a in argv), argv
+    assert not (broker.state_dir / "format.args").exists()
+
+
 def test_right_credentials_produce_and_consume(sasl, monkeypatch):
     from confluent_kafka import Consumer
 
