@@ -12,6 +12,8 @@ the first (JIT warm-up). Written to bench/results/step-ab-<experiment>-<timestam
     python -m bench.step_ab fields      # reading the event's fields: the VARIANT's per-field
                                         # gets (each a Cast built per row) against one struct
                                         # get and a typed from_json
+    python -m bench.step_ab index       # the dedup's join against the earlier batches' ids:
+                                        # as held today, hash-partitioned, from the dedup
     python -m bench.step_ab plan        # building the classification's and the quarantine's
                                         # expressions (wall time too: mostly the Python driver
                                         # and py4j, not the JVM)
@@ -286,8 +288,76 @@ def _plan(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[], 
             "the quarantine's built projection applied": quarantine_reused}
 
 
+def _index(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[], Callable]]:
+    """The dedup's join against the earlier batches' ids (BENCH_STEP_EARLIER of them, default
+    600,000: the watermark's reach at 20,000 events/s) with the batch's own chunk of ids, as the
+    service holds them (unpartitioned chunks, the planner's broadcast) against chunks held
+    hash-partitioned like the dedup's output (a shuffled hash join, no exchange on their side),
+    and against a checkpoint of the dedup's output itself (each id's newest copy time: the
+    chunk, without a job of its own)."""
+    from datetime import UTC, datetime
+
+    from pyspark.sql import functions as F
+
+    from bench.step_costs import _earlier_ids
+    from spark_jobs.recent_ids import CHUNK_COLUMNS, ID_COLUMNS, free_checkpointed
+    from spark_jobs.transforms.counting import ARRIVAL_ORDER
+    from spark_jobs.transforms.ingest import first_copies
+    from spark_jobs.transforms.windows import aggregate_windows
+
+    shape, n = settings.shape, int(os.environ.get("BENCH_STEP_EARLIER", "600000"))
+    parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    held = _earlier_ids(spark, n, datetime.now(UTC).replace(microsecond=0))
+    today = held.lookup(0)
+    hashed = [c.frame.repartition(parts, *ID_COLUMNS).localCheckpoint(eager=True)
+              for c in held.chunks]
+    index = hashed[0]
+    for more in hashed[1:]:
+        index = index.unionByName(more)
+    index = index.where(F.col("event_time") > F.timestamp_millis(F.lit(0))).select(
+        *ID_COLUMNS).hint("shuffle_hash")
+    keys = ["event_date", "event_id"]
+
+    def windows(events) -> None:
+        aggregate_windows(events, settings).write.format("noop").mode("overwrite").save()
+
+    def as_today():
+        def run():
+            chunk = valid.select(*CHUNK_COLUMNS).localCheckpoint(eager=True)
+            windows(first_copies(valid, shape).join(today, keys, "left_anti"))
+            free_checkpointed(chunk)
+        return run
+
+    def partitioned():
+        def run():
+            chunk = valid.select(*CHUNK_COLUMNS).repartition(parts, *ID_COLUMNS).localCheckpoint(
+                eager=True)
+            windows(first_copies(valid, shape).join(index, keys, "left_anti"))
+            free_checkpointed(chunk)
+        return run
+
+    def from_firsts():
+        kept = (*shape.dimension_names, "event_time", *shape.measure_fields)
+
+        def run():
+            firsts = valid.groupBy(*keys).agg(
+                F.min(F.struct(*ARRIVAL_ORDER, *kept)).alias("f"),
+                F.max("event_time").alias("newest")).select(
+                *keys, *[F.col(f"f.{c}").alias(c) for c in kept], "newest").localCheckpoint(
+                eager=True)
+            windows(firsts.drop("newest").join(index, keys, "left_anti"))
+            free_checkpointed(firsts)
+        return run
+
+    return {
+        "chunk + dedup against unpartitioned chunks (broadcast) + windows": as_today,
+        "hash-partitioned chunk + dedup (shuffled hash join) + windows": partitioned,
+        "checkpointed dedup output as the chunk + shuffled hash join + windows": from_firsts,
+    }
+
+
 EXPERIMENTS = {"bronze": _bronze, "windows": _windows, "classify": _classify, "fields": _fields,
-               "plan": _plan}
+               "plan": _plan, "index": _index}
 
 
 def main() -> int:
