@@ -45,3 +45,16 @@ def test_a_group_runs_on_one_worker_and_builds_its_module_fixture_once(tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "12 passed" in out.stdout
     assert len(built.read_text().split()) == 1, f"the fixture was built on {built.read_text().split()}"
+
+
+def test_no_two_test_modules_share_a_name():
+    """The suite's modules are imported by their file name (rootdir-relative `conftest`
+    imports, no packages): two `test_x.py` in different folders make the second fail to collect
+    ("import file mismatch") wherever the first was imported before it, by order."""
+    from collections import Counter
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parents[1]
+    names = Counter(p.name for p in tests.rglob("test_*.py"))
+    assert not [n for n, k in names.items() if k > 1], sorted(
+        str(p.relative_to(tests)) for p in tests.rglob("test_*.py") if names[p.name] > 1)
