@@ -83,7 +83,7 @@ def _skipped_metadata(holder: LockHolder, seconds: float) -> dict:
 def ingest_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
     """Pipeline `p`'s topic and the one-pass catch-up of its stream."""
 
-    @dg.asset(key=p.key("raw_events"), group_name=p.group("ingest"), kinds={"kafka"},
+    @dg.asset(key=p.key("raw_events"), group_name=p.group("ingest"), owners=p.owners, kinds={"kafka"},
               description="The Kafka topic of business events (LogAppendTime): offsets and lag.")
     def raw_events(context: dg.AssetExecutionContext,
                    kafka: KafkaResource) -> dg.MaterializeResult:
@@ -100,11 +100,11 @@ def ingest_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
     @dg.multi_asset(
         name=p.named("ingest"),
         specs=[
-            dg.AssetSpec(bronze, deps=[raw_events.key], group_name=p.group("ingest"),
+            dg.AssetSpec(bronze, deps=[raw_events.key], group_name=p.group("ingest"), owners=p.owners,
                          kinds={"spark", "delta"}, skippable=True, code_version=p.code_version,
                          description="Every valid Kafka record once (+ quarantined_events for "
                                      "malformed ones), written by the one-pass ingest query."),
-            dg.AssetSpec(aggregates, deps=[bronze], group_name=p.group("ingest"),
+            dg.AssetSpec(aggregates, deps=[bronze], group_name=p.group("ingest"), owners=p.owners,
                          kinds={"spark", "delta"}, skippable=True, code_version=p.code_version,
                          description="Fast provisional windows (explicit watermark, dedup by "
                                      "event_id) and the late-event lane, written by the same "

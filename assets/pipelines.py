@@ -51,6 +51,12 @@ class Pipeline:
         so Dagster shows the partitions materialized under an older spec as stale."""
         return self.settings.results_version
 
+    @property
+    def owners(self) -> list[str]:
+        """Its assets' Dagster owners: the spec's `owners`, else PIPELINE_OWNER's entries that
+        are an e-mail address or `team:<name>` (`Settings.asset_owners`)."""
+        return self.settings.asset_owners
+
     def key(self, name: str) -> AssetKey:
         """An asset key: `bronze_events`, `orders/bronze_events`."""
         return AssetKey([self.prefix, name] if self.prefix else [name])

@@ -131,11 +131,13 @@ def evaluate(p: Pipeline, settings: Settings, kafka: KafkaResource, instance) ->
             "no replay run recorded its cost: run reconcile_dates"),
         Row("governance", bool(settings.pipeline_owner),
             "-", "an owner named", "-", "docs/security.md",
-            {"owner": settings.pipeline_owner, "tables": storage.join(settings.root),
+            {"owner": settings.pipeline_owner, "asset_owners": settings.asset_owners,
+             "tables": storage.join(settings.root),
              "topic": settings.events_topic, "feed_topic": settings.feed_topic,
              "retention_ms": status.retention_ms},
-            "" if settings.pipeline_owner else "no owner: set PIPELINE_OWNER (a team or an "
-            "address) in the deployment's environment"),
+            "" if settings.pipeline_owner else "no owner: give the spec `owners` (e-mail "
+            "addresses or team:<name>: its assets' Dagster owners) or set PIPELINE_OWNER in the "
+            "deployment's environment"),
         Row("observability", bool(alerts) and not unanchored and (not gold or sent == gold_v),
             "ALERTS", f"{len(alerts)} alert rules, each with a runbook section; the feed at "
             "gold's version", "Service up", "docs/runbook.md",
@@ -179,7 +181,7 @@ def write_report(settings: Settings, p: Pipeline, rows: list[Row]) -> str:
 def scorecard_asset(p: Pipeline) -> dg.AssetsDefinition:
     key = p.key("readiness_scorecard")
 
-    @dg.asset(key=key, deps=[p.key("reconciled_feed")], group_name=p.group("observe"),
+    @dg.asset(key=key, deps=[p.key("reconciled_feed")], group_name=p.group("observe"), owners=p.owners,
               kinds={"html"},
               check_specs=[dg.AssetCheckSpec(name=row, asset=key) for row in ROWS],
               description="The readiness scorecard of the running pipeline (timestamp, "

@@ -15,7 +15,7 @@ def timeline_asset(p: Pipeline) -> AssetsDefinition:
     """Pipeline `p`'s timeline report (under its own folder's `reports/`)."""
 
     @asset(key=p.key("timeline_report"), deps=[p.key("streaming_aggregates")],
-           group_name=p.group("observe"), kinds={"spark", "html"},
+           group_name=p.group("observe"), owners=p.owners, kinds={"spark", "html"},
            description="One time axis: lateness (event vs broker time), watermark, consumer lag, "
                        "batch durations, aggregate freshness; and the what-if histogram of late "
                        "records per candidate WATERMARK_DELAY. Self-contained HTML under "

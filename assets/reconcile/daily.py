@@ -59,11 +59,11 @@ def daily_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
         name=p.named("corrections"),
         specs=[
             dg.AssetSpec(changelog, deps=[p.key("streaming_aggregates")],
-                         group_name=p.group("reconcile"), kinds={"spark", "delta"},
+                         group_name=p.group("reconcile"), owners=p.owners, kinds={"spark", "delta"},
                          skippable=True, code_version=p.code_version,
                          description="Changelog of every change to a published window "
                                      "(before/after, revision, cause, run id)."),
-            dg.AssetSpec(gold, deps=[changelog, replay], group_name=p.group("reconcile"),
+            dg.AssetSpec(gold, deps=[changelog, replay], group_name=p.group("reconcile"), owners=p.owners,
                          kinds={"spark", "delta"}, skippable=True, code_version=p.code_version,
                          description="Gold: exact per-window aggregates, revisioned, Change Data "
                                      "Feed on; proven equal to the replay by a blocking GX "
@@ -125,7 +125,7 @@ def daily_assets(p: Pipeline) -> tuple[dg.AssetsDefinition, ...]:
             "path": dg.MetadataValue.path(settings.table_path(RECONCILED.name)),
         })
 
-    @dg.asset(key=replay, deps=[p.key("raw_events")], group_name=p.group("reconcile"),
+    @dg.asset(key=replay, deps=[p.key("raw_events")], group_name=p.group("reconcile"), owners=p.owners,
               kinds={"spark", "kafka", "delta"}, partitions_def=p.partitions,
               backfill_policy=dg.BackfillPolicy.single_run(), pool=p.named(DAILY_POOL),
               code_version=p.code_version,

@@ -16,7 +16,7 @@ def feed_asset(p: Pipeline) -> dg.AssetsDefinition:
     backfill of any date publishes whatever gold holds that the topic does not)."""
 
     @dg.asset(key=p.key("reconciled_feed"), deps=[p.key("reconciled_aggregates")],
-              group_name=p.group("reconcile"), kinds={"kafka"}, partitions_def=p.partitions,
+              group_name=p.group("reconcile"), owners=p.owners, kinds={"kafka"}, partitions_def=p.partitions,
               backfill_policy=dg.BackfillPolicy.single_run(), code_version=p.code_version,
               description="Every revision of a reconciled window on the feed topic "
                           "(RECONCILED_TOPIC, default <topic>.reconciled; compacted, keyed by "

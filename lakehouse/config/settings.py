@@ -205,6 +205,15 @@ def _topic(text: str) -> str:
     return text
 
 
+# An owner as Dagster takes one for an asset: an e-mail address or `team:<name>`.
+_OWNER = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,7}|team:\S.*")
+
+
+def is_owner(text: str) -> bool:
+    """True for an owner Dagster's assets take: an e-mail address or `team:<name>`."""
+    return bool(_OWNER.fullmatch(text))
+
+
 _URL_TOKEN = re.compile(r"(;token=)[^;]*", re.I)
 
 
@@ -261,7 +270,9 @@ class Settings(BaseSettings):
     # The downstream feed of gold's revisions (lakehouse.kafka.feed); unset: `feed_topic`'s
     # default, `<EVENTS_TOPIC>.reconciled` (a spec pipeline's: `<its topic>.reconciled`).
     reconciled_topic: Annotated[str, AfterValidator(_topic)] | None = _env("RECONCILED_TOPIC")
-    # Who answers for the pipeline (a team or an address): the readiness scorecard's governance.
+    # Who answers for the pipeline (a team or an address; several comma-separated): the readiness
+    # scorecard's governance; those that are an e-mail address or `team:<name>` are its assets'
+    # Dagster owners (`asset_owners`). A spec's `owners` replace it for its pipeline.
     pipeline_owner: str | None = _env("PIPELINE_OWNER")
     # A local path or a URI (file://, s3a://bucket/prefix, abfss://, gs://): lakehouse.config.storage.
     lakehouse_root: str = _env("LAKEHOUSE_ROOT", "./.lakehouse")
@@ -452,6 +463,13 @@ class Settings(BaseSettings):
 
     def table_path(self, name: str) -> str:
         return self.path(name)
+
+    @property
+    def asset_owners(self) -> list[str]:
+        """PIPELINE_OWNER's entries (comma-separated) that Dagster takes as asset owners: an
+        e-mail address or `team:<name>`; free text (a name, a channel) stays the scorecard's."""
+        entries = [e.strip() for e in (self.pipeline_owner or "").split(",")]
+        return [e for e in entries if e and is_owner(e)]
 
     @property
     def feed_topic(self) -> str:

@@ -39,6 +39,7 @@ from lakehouse.config.settings import (
     WindowSize,
     check_horizon,
     is_credential,
+    is_owner,
     parse_duration,
 )
 from lakehouse.events.shape import DEFAULT_SHAPE, IDENT, STRICT, EventShape, Identifier
@@ -83,6 +84,13 @@ def _topic(value: Any) -> Any:
         raise ValueError(f"{value!r} is not a Kafka topic name: 1-249 letters, digits, '.', '_' "
                          "or '-'")
     return value
+
+
+def _owner(value: Any) -> Any:
+    if isinstance(value, str) and not is_owner(value.strip()):
+        raise ValueError(f"{value!r} is not an owner: an e-mail address (billing@example.com) or "
+                         "a team (team:billing)")
+    return value.strip() if isinstance(value, str) else value
 
 
 def _variable(value: Any) -> Any:
@@ -170,6 +178,9 @@ class PipelineSpec(BaseModel):
     windows: Windows = Windows()
     tables: str | None = None  # folder under LAKEHOUSE_ROOT; default: the name
     asset_prefix: str | None = None  # default: the name
+    # Who answers for it (e-mail addresses, `team:<name>`): its assets' Dagster owners and the
+    # scorecard's governance; default: PIPELINE_OWNER's.
+    owners: list[Annotated[str, AfterValidator(_owner)]] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -248,6 +259,7 @@ class PipelineSpec(BaseModel):
             "kafka_options": options,
             "pipeline": self.name,
             "shape": self.shape,
+            "pipeline_owner": ", ".join(self.owners) if self.owners else base.pipeline_owner,
         })
 
 
@@ -290,6 +302,7 @@ def spec_json_schema() -> dict[str, Any]:
     holds is checked by `parse_spec`, with its messages (`dg check defs`, the code location's
     load)."""
     models = {"name": PipelineSpec, "tables": PipelineSpec, "asset_prefix": PipelineSpec,
+              "owners": PipelineSpec,
               "window": PipelineSpec, **dict.fromkeys(_SOURCE_KEYS, KafkaSource),
               **dict.fromkeys(_SHAPE_KEYS, EventShape)}
     model_names = {"window": "windows", "kafka_options": "options"}

@@ -19,6 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = REPO / "tests" / "snapshots" / "asset_graph.txt"
 SPECS = "examples/orders.yaml,examples/app_events.yaml"
 ORDERS = (REPO / "examples" / "orders.yaml").read_text()
+# The deployment's owner: a team Dagster takes, and free text only the scorecard shows.
+OWNER = "team:platform, the #lakehouse channel"
 
 # Loads the code location, then reports what it holds, the orders pipeline's settings as the
 # `lakehouse` resource resolves them, and whether loading started a JVM.
@@ -40,6 +42,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 print(json.dumps({
     "groups": {k.to_user_string(): graph.get(k).group_name for k in graph.get_all_asset_keys()},
+    "owners": {k.to_user_string(): list(graph.get(k).owners) for k in graph.get_all_asset_keys()},
     "first_partition": {k.to_user_string(): graph.get(k).partitions_def.get_first_partition_key()
                         for k in graph.get_all_asset_keys() if graph.get(k).partitions_def},
     "checks": sorted(f"{k.asset_key.to_user_string()}:{k.name}" for k in graph.asset_check_keys),
@@ -67,7 +70,7 @@ print(json.dumps({
 
 def load(pipelines: str | None, root: Path, code: str = LOAD) -> subprocess.CompletedProcess:
     env = {**os.environ, "LAKEHOUSE_ROOT": str(root), "GX_ANALYTICS_ENABLED": "false",
-           "PARTITIONS_START": "2025-01-01"}
+           "PARTITIONS_START": "2025-01-01", "PIPELINE_OWNER": OWNER}
     env.pop("PIPELINES", None)
     if pipelines is not None:
         env["PIPELINES"] = pipelines
@@ -81,6 +84,17 @@ def loaded(tmp_path_factory):
     done = load(SPECS, root)
     assert done.returncode == 0, done.stderr[-3000:]
     return root, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_assets_carry_their_pipelines_owners(loaded):
+    """A spec's `owners` (orders: team:orders) on its assets, the others PIPELINE_OWNER's
+    entries that Dagster takes as owners (its free text left to the scorecard)."""
+    _, out = loaded
+    owners = out["owners"]
+    assert owners and all(v == ["team:orders"] for k, v in owners.items()
+                          if k.startswith("orders/")), owners
+    assert all(v == ["team:platform"] for k, v in owners.items()
+               if not k.startswith("orders/")), owners
 
 
 def test_each_spec_gets_the_assets_under_its_prefix_in_its_groups(loaded):

@@ -126,6 +126,19 @@ def test_a_pipeline_gets_its_own_folder_topic_windows_and_secret(tmp_path):
     assert base.shape == DEFAULT_SHAPE and base.pipeline == "default"
 
 
+def test_a_specs_owners_are_its_pipelines_and_each_is_an_owner_dagster_takes(tmp_path):
+    base = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path),
+                              "PIPELINE_OWNER": "team:platform, Alice (on call)"})
+    assert base.asset_owners == ["team:platform"]  # free text: the scorecard's only
+    own = parse_spec({**BASE, "owners": ["team:orders", " billing@example.com"]}).settings(
+        base, {})
+    assert own.pipeline_owner == "team:orders, billing@example.com"
+    assert own.asset_owners == ["team:orders", "billing@example.com"]
+    assert parse_spec(BASE).settings(base, {}).asset_owners == ["team:platform"]  # inherited
+    with pytest.raises(SpecError, match=r"owners.*'orders team'.*team:billing"):
+        parse_spec({**BASE, "owners": ["orders team"]})
+
+
 DEPLOYMENT_SASL = {"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KAFKA_SASL_MECHANISM": "PLAIN",
                    "KAFKA_SASL_USERNAME": "lakehouse", "KAFKA_SASL_PASSWORD": "deployment-pw-7"}
 
