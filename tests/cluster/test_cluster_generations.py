@@ -134,6 +134,18 @@ def test_an_incompatible_spec_edit_mid_stream_switches_by_reference(tmp_path):
             job(defs, "reconcile_dates", partition_key=d.isoformat())
         proven(spec2, now, recs)
         proven(spec1, s1, thirds[0])
+        # The replay's cost drivers in its run's metadata, S3A's requests among them (the
+        # driver's: the executors' are the Spark UI's).
+        from dagster import AssetKey
+
+        replayed = instance.get_latest_materialization_event(
+            AssetKey(["orders", "replay_aggregates"])).asset_materialization.metadata
+        costs = [r["cost"] for r in replayed["per_date"].value]
+        s3a = {k: v for c in costs for k, v in c.get("storage", {}).items() if k.startswith("s3a.")}
+        assert costs and all(c["measured_in"] == "driver" and c["kafka_records_fetched"] > 0
+                             for c in costs), costs
+        assert any(v > 0 for k, v in s3a.items() if "request" in k), costs
+        requests = sum(v for k, v in s3a.items() if "request" in k)
 
         # Retired: v1's tables and checkpoint deleted from the object store; v2 untouched.
         job(defs, "retire_generation", run_config={"ops": {"orders__retire_old_generation": {
@@ -146,4 +158,5 @@ def test_an_incompatible_spec_edit_mid_stream_switches_by_reference(tmp_path):
         proven(spec2, now, recs)
         assert dates and all(compare_tables(now, d) == 0 for d in dates)
     print(f"\ngenerations on the cluster: {len(recs)} records, {len(dates)} dates, "
-          + ", ".join(f"{k} {v:.0f}s" for k, v in times.items()))
+          + ", ".join(f"{k} {v:.0f}s" for k, v in times.items())
+          + f"; the last replay's S3A requests (driver): {requests}")
