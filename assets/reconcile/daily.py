@@ -36,7 +36,7 @@ class CorrectionsConfig(dg.Config):
 
 
 COST_TOTALS = ("kafka_records_fetched", "kafka_bytes_fetched", "bytes_written", "files_written",
-               "jvm_cpu_s", "wall_s")
+               "jvm_cpu_s", "executors_cpu_s", "wall_s")
 
 PER_DATE_SCHEMA = dg.TableSchema(columns=[
     dg.TableColumn("event_date", "string"), dg.TableColumn("mode", "string"),

@@ -134,8 +134,8 @@ def test_an_incompatible_spec_edit_mid_stream_switches_by_reference(tmp_path):
             job(defs, "reconcile_dates", partition_key=d.isoformat())
         proven(spec2, now, recs)
         proven(spec1, s1, thirds[0])
-        # The replay's cost drivers in its run's metadata, S3A's requests among them (the
-        # driver's: the executors' are the Spark UI's).
+        # The replay's cost drivers in its run's metadata: its tasks' CPU on the executors, S3A's
+        # requests (the driver's: the executors' file systems count their own).
         from dagster import AssetKey
 
         replayed = instance.get_latest_materialization_event(
@@ -143,7 +143,7 @@ def test_an_incompatible_spec_edit_mid_stream_switches_by_reference(tmp_path):
         costs = [r["cost"] for r in replayed["per_date"].value]
         s3a = {k: v for c in costs for k, v in c.get("storage", {}).items() if k.startswith("s3a.")}
         assert costs and all(c["measured_in"] == "driver" and c["kafka_records_fetched"] > 0
-                             for c in costs), costs
+                             and c["executors_cpu_s"] > 0 for c in costs), costs
         assert any(v > 0 for k, v in s3a.items() if "request" in k), costs
         requests = sum(v for k, v in s3a.items() if "request" in k)
 

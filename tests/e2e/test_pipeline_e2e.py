@@ -218,6 +218,8 @@ def test_a_replay_run_records_what_it_cost(scenario):
         assert cost["kafka_bytes_fetched"] > 40 * meta["records_read"]
         assert cost["files_written"] >= 1 and cost["bytes_written"] > 0
         assert cost["measured_in"] == "local" and cost["jvm_cpu_s"] > 0
+        # The replay's tasks' CPU (Spark's count per stage): threads of that same JVM here.
+        assert 0 < cost["executors_cpu_s"] <= cost["jvm_cpu_s"] + 0.05, cost
         # The Hadoop file systems' counters that moved: none here (Kafka is read over the
         # network and a small date's rows are written with delta-rs); s3a:// roots count requests.
         assert all(k.split(".", 1)[0] in ("file", "s3a") for k in cost["storage"])
