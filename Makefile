@@ -358,4 +358,4 @@ lint: setup
 
 clean: kafka-down cluster-down observe-down registry-down spark-down
 	rm -rf .lakehouse .dagster_home .dagster_home_cluster .kafka .s3proxy .postgres .spark \
-	  .kafka-cluster .observe .registry .spark-connect
+	  .kafka-cluster .observe .registry .spark-connect .secrets
