@@ -58,3 +58,20 @@ def test_no_file_of_the_repo_holds_a_password_of_the_local_servers():
     assert ".secrets/local.env" not in tracked
     ignored = subprocess.run(["git", "check-ignore", "-q", ".secrets/local.env"], cwd=REPO)
     assert ignored.returncode == 0, ".secrets/ must be ignored by git"
+
+
+def test_processes_asking_at_once_all_get_the_one_set_of_values(tmp_path):
+    """`make -j` starts PostgreSQL and S3Proxy together: every process reads what the file
+    keeps, never a value of its own that the file lost."""
+    file = tmp_path / "local.env"
+    code = ("import sys; sys.path.insert(0, 'infra'); import local_secrets, json; "
+            "print(json.dumps(local_secrets.ensure()))")
+    env = {"LOCAL_SECRETS_FILE": str(file), "PATH": "/usr/bin:/bin"}
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, text=True,
+                              stdout=subprocess.PIPE) for _ in range(6)]
+    import json
+
+    seen = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    kept = dict(line.split("=", 1) for line in file.read_text().splitlines()
+                if "=" in line and not line.startswith("#"))
+    assert all(s == kept for s in seen), seen
