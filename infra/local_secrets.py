@@ -29,7 +29,8 @@ def path() -> Path:
     return Path(os.environ.get("LOCAL_SECRETS_FILE") or REPO / ".secrets" / "local.env")
 
 
-def _read(file: Path) -> dict[str, str]:
+def read(file: Path) -> dict[str, str]:
+    """`KEY=value` lines as a dict (comments skipped): this file's, or an env file's."""
     out = {}
     for line in file.read_text().splitlines():
         if line and not line.startswith("#") and "=" in line:
@@ -47,7 +48,7 @@ def ensure() -> dict[str, str]:
     lock = os.open(file.with_name(f".{file.name}.lock"), os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        values = _read(file) if file.exists() else {}
+        values = read(file) if file.exists() else {}
         missing = [k for k in KEYS if not values.get(k)]
         if missing or (file.stat().st_mode & 0o077):
             values.update({k: secrets.token_urlsafe(24) for k in missing})

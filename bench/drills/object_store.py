@@ -69,6 +69,7 @@ from bench.drills.common import (
 )
 from lakehouse.tables.delta_log import Commit, commit_versions, read_commit
 from testkit import faults
+from testkit.infra import infra_module
 
 NAME = "object_store"
 PAUSE_S = 90.0  # the SIGSTOP, whatever DRILLS_SCALE
@@ -92,24 +93,12 @@ MAINT_RUN = "maintenance-run "
 # ---------------------------------------------------------------------------------------------
 # The stack
 # ---------------------------------------------------------------------------------------------
-def _env_file(path: Path) -> dict[str, str]:
-    """KEY=VALUE lines as a dict (comments skipped)."""
-    out = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            key, value = line.split("=", 1)
-            out[key.strip()] = value.strip()
-    return out
-
-
 def cluster_env() -> dict[str, str]:
     """infra/cluster.env as a dict, as `make` sources it: over the local stack's generated
     secrets (infra/local_secrets.py), its `${...}` expanded from them."""
-    made = subprocess.run([sys.executable, str(REPO / "infra/local_secrets.py"), "ensure"],
-                          capture_output=True, text=True, check=True)
-    out = _env_file(Path(made.stdout.strip()))
-    for key, value in _env_file(CLUSTER_ENV).items():
+    secrets = infra_module("local_secrets.py")
+    out = secrets.ensure()
+    for key, value in secrets.read(CLUSTER_ENV).items():
         out[key] = string.Template(value).substitute(out)
     return out
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, free_port
 
+from testkit.infra import infra_module
+
 KEY_ID, SECRET = "infra-test", "infra-test-secret"
 
 
@@ -76,8 +78,7 @@ def test_postgres_holds_a_dagster_instance(monkeypatch):
         up = script("infra/postgres/pg.py", "up", *args, env=env)
         started(up, "PostgreSQL")
         assert oct(secrets_file.stat().st_mode & 0o777) == "0o600"
-        password = dict(line.split("=", 1) for line in secrets_file.read_text().splitlines()
-                        if "=" in line and not line.startswith("#"))["DAGSTER_PG_PASSWORD"]
+        password = infra_module("local_secrets.py").read(secrets_file)["DAGSTER_PG_PASSWORD"]
         assert len(password) >= 32 and password not in up.stdout + up.stderr
         again = script("infra/postgres/pg.py", "up", *args, env=env)
         assert again.returncode == 0 and "already running" in again.stdout

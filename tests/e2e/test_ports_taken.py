@@ -6,6 +6,7 @@ Prometheus' and Alertmanager's tests/e2e/test_observe_stack.py's."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -57,6 +58,4 @@ def test_a_taken_port_is_one_line_naming_its_holder_and_the_variable(server):
     finally:
         subprocess.run([sys.executable, str(REPO / script), "down", "--state-dir",
                         str(state / "s")], capture_output=True, timeout=120, env=env, cwd=REPO)
-        import shutil
-
         shutil.rmtree(state, ignore_errors=True)

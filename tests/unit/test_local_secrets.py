@@ -42,8 +42,7 @@ def test_the_cli_prints_the_path_and_never_a_value(tmp_path):
                           capture_output=True, text=True, timeout=30,
                           env={"LOCAL_SECRETS_FILE": str(file), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0 and done.stdout.strip() == str(file), done.stderr
-    values = [line.split("=", 1)[1] for line in file.read_text().splitlines()
-              if "=" in line and not line.startswith("#")]
+    values = list(infra_module("local_secrets.py").read(file).values())
     assert values and not any(v in done.stdout + done.stderr for v in values)
 
 
@@ -72,6 +71,5 @@ def test_processes_asking_at_once_all_get_the_one_set_of_values(tmp_path):
     import json
 
     seen = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
-    kept = dict(line.split("=", 1) for line in file.read_text().splitlines()
-                if "=" in line and not line.startswith("#"))
+    kept = infra_module("local_secrets.py").read(file)
     assert all(s == kept for s in seen), seen
