@@ -216,7 +216,9 @@ test-cluster: setup
 
 # The local stack's tests of several minutes each (marked `long`: the three-pipeline service,
 # its crash and every date proven after it); run by test-cluster.
+# Debian's chromium for the browser test of the UI (tests/e2e/test_ui_browser.py, Playwright).
 test-long: setup kafka-up class-archive
+	@infra/system_packages.sh chromium=chromium
 	SUITE_TIER=long $(PY) -m pytest -o addopts=-ra -p no:randomly -m long --ignore=tests/cluster --ignore=tests/alerts -n $(TEST_WORKERS) --dist loadgroup tests $(PYTEST_ARGS)
 
 # Alerts end to end on the local stack (tests/alerts: the real service, Prometheus, Alertmanager
@@ -344,10 +346,12 @@ report: $(VENV)/.installed
 drills: setup kafka-up class-archive
 	$(PY) -m bench.drills $(DRILLS_ARGS)
 
-# Headless Chromium, for this target only.
-screenshots: setup
+# Headless Chromium (installed for this target and test-long): the README's pictures from the
+# demo's instance, and docs/images/ui/ from the browser test's pages (its own small instance).
+screenshots: setup kafka-up class-archive
 	@infra/system_packages.sh chromium=chromium
 	$(PY) scripts/screenshots.py
+	UI_SCREENSHOTS=$(CURDIR)/docs/images/ui SUITE_TIER=long $(PY) -m pytest -o addopts=-ra -p no:randomly -m long tests/e2e/test_ui_browser.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -11,7 +11,6 @@ instance without runs still gives a picture; with runs, the nodes show their lat
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -23,6 +22,8 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+from testkit.webserver import graph_url
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGES = REPO / "docs/images"
@@ -99,17 +100,6 @@ def stop(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # whatever outlived the leader
     except ProcessLookupError:
         pass
-
-
-def graph_url(url: str) -> str:
-    """The global asset lineage with every group expanded: with more than one group the UI
-    collapses them to boxes unless they are listed in `expanded` (ids `global@global:<group>`)."""
-    body = json.dumps({"query": "{ assetNodes { groupName } }"}).encode()
-    req = urllib.request.Request(f"{url}/graphql", data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        groups = sorted({n["groupName"] for n in json.load(resp)["data"]["assetNodes"]})
-    expanded = ",".join(f"global@global:{g}" for g in groups)
-    return f"{url}/asset-groups?{urllib.parse.urlencode({'expanded': expanded})}"
 
 
 def screenshot(chromium: str, url: str, out: Path, window: str) -> None:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +36,14 @@ def gql(url: str, query: str, variables: dict | None = None) -> dict:
     if payload.get("errors"):
         raise GraphQLError(str(payload["errors"]))
     return payload["data"]
+
+
+def graph_url(url: str) -> str:
+    """The global asset lineage with every group expanded: with more than one group the UI
+    collapses them to boxes unless they are listed in `expanded` (ids `global@global:<group>`)."""
+    groups = sorted({n["groupName"] for n in gql(url, "{ assetNodes { groupName } }")["assetNodes"]})
+    expanded = ",".join(f"global@global:{g}" for g in groups)
+    return f"{url}/asset-groups?{urllib.parse.urlencode({'expanded': expanded})}"
 
 
 def stop(proc: subprocess.Popen) -> None:
