@@ -1,4 +1,4 @@
-"""`make report`: docs/performance.md's generated tables and the plots under docs/images/, from
+"""`make report`: the generated tables of docs/performance.md and docs/cluster.md and the plots under docs/images/, from
 bench/results/ (testkit/perf_report.py, which tests/unit/test_performance_page.py compares)."""
 
 from testkit.perf_report import main

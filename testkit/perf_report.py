@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 PAGE = REPO / "docs" / "performance.md"
+CLUSTER_PAGE = REPO / "docs" / "cluster.md"
 IMAGES = REPO / "docs" / "images"
 STAMP = r"(\d{4}-\d{2}-\d{2}(?:T\d{6})?)"
 REGION = re.compile(r"(<!-- generated: ([\w-]+) -->\n).*?(<!-- end: \2 -->)", re.S)
@@ -336,6 +337,19 @@ def suite_times() -> str:
                   "result file"], [r for _, r in sorted(rows, key=lambda r: r[0])])
 
 
+def cluster_runs() -> str:
+    """Every run of the cluster scenario (`tests/cluster`, a file each), oldest first."""
+    rows = []
+    for path in files("cluster"):
+        d = load(path)
+        operations = d.get("connect_operations")
+        rows.append([date(path), commit(path), f"{d['events']:,}", bold(d["seconds"], "s"),
+                     "-" if operations is None else f"{operations:,}",
+                     f"{d['reconciled_windows']:,}", cite(path)])
+    return table(["date", "commit", "events", "scenario", "Spark Connect operations",
+                  "reconciled windows (== replay)", "result file"], rows)
+
+
 # --- plots --------------------------------------------------------------------------------
 
 def plot_suite_times(out: Path) -> None:
@@ -422,17 +436,22 @@ REGIONS = {
 }
 
 
-def render(text: str) -> str:
+# The other pages' generated regions.
+PAGES = {PAGE: REGIONS, CLUSTER_PAGE: {"cluster-runs": cluster_runs}}
+
+
+def render(text: str, regions: dict = REGIONS) -> str:
     """`text` with each generated region rendered again."""
     def region(match):
-        return f"{match.group(1)}\n{REGIONS[match.group(2)]()}\n\n{match.group(3)}"
+        return f"{match.group(1)}\n{regions[match.group(2)]()}\n\n{match.group(3)}"
 
     return REGION.sub(region, text)
 
 
-def page() -> str:
-    """docs/performance.md as `make report` writes it (nothing written)."""
-    return render(PAGE.read_text())
+def page(path: Path = PAGE) -> str:
+    """A page with generated regions (docs/performance.md by default) as `make report` writes
+    it (nothing written)."""
+    return render(path.read_text(), PAGES[path])
 
 
 def plots() -> list[Path]:
@@ -444,8 +463,9 @@ def main() -> None:
     for name, (draw, _, _) in PLOTS.items():
         draw(IMAGES / name)
         print(f"written to {IMAGES / name}")
-    PAGE.write_text(page())
-    print(f"written to {PAGE}")
+    for path in PAGES:
+        path.write_text(page(path))
+        print(f"written to {path}")
 
 
 if __name__ == "__main__":

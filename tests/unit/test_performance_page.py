@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from testkit import perf_report as report
 
 
-def test_the_page_is_what_make_report_writes():
-    assert report.page() == report.PAGE.read_text(), (
-        "docs/performance.md differs from what bench/report.py writes from bench/results/: "
-        "run `make report` (and do not edit between its <!-- generated --> markers)")
+@pytest.mark.parametrize("path", list(report.PAGES), ids=lambda p: p.name)
+def test_the_page_is_what_make_report_writes(path):
+    assert report.page(path) == path.read_text(), (
+        f"{path.relative_to(report.REPO)} differs from what bench/report.py writes from "
+        "bench/results/: run `make report` (and do not edit between its <!-- generated --> "
+        "markers)")
+    regions = set(re.findall(r"<!-- generated: ([\w-]+) -->", path.read_text()))
+    assert regions == set(report.PAGES[path]), regions
 
 
 def test_the_page_has_generated_regions_and_shows_the_plots():
