@@ -336,7 +336,7 @@ bench-replay-cost: setup kafka-up
 bench-commits: setup
 	$(PY) -m bench.commit_costs
 
-# docs/performance.md's tables and plots (docs/images/perf-*.png) from the newest files in
+# docs/performance.md's and docs/cluster.md's tables and plots (docs/images/perf-*.png) from the files in
 # bench/results/ (bench.report); tests/unit/test_performance_page.py fails when they differ.
 report: $(VENV)/.installed
 	$(PY) -m bench.report
