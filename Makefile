@@ -215,8 +215,8 @@ test-cluster: setup
 	  $(MAKE) --no-print-directory test-long || rc=1; exit $$rc
 
 # The local stack's tests of several minutes each (marked `long`: the three-pipeline service,
-# its crash and every date proven after it); run by test-cluster.
-# Debian's chromium for the browser test of the UI (tests/e2e/test_ui_browser.py, Playwright).
+# its crash and every date proven after it, the UI in a browser: Debian's chromium, installed
+# here, driven by Playwright); run by test-cluster.
 test-long: setup kafka-up class-archive
 	@infra/system_packages.sh chromium=chromium
 	SUITE_TIER=long $(PY) -m pytest -o addopts=-ra -p no:randomly -m long --ignore=tests/cluster --ignore=tests/alerts -n $(TEST_WORKERS) --dist loadgroup tests $(PYTEST_ARGS)
@@ -336,8 +336,8 @@ bench-replay-cost: setup kafka-up
 bench-commits: setup
 	$(PY) -m bench.commit_costs
 
-# docs/performance.md's and docs/cluster.md's tables and plots (docs/images/perf-*.png) from the files in
-# bench/results/ (bench.report); tests/unit/test_performance_page.py fails when they differ.
+# docs/performance.md's and docs/cluster.md's tables and plots (docs/images/perf-*.png) from
+# the files in bench/results/ (bench.report); tests/unit/test_performance_page.py fails when they differ.
 report: $(VENV)/.installed
 	$(PY) -m bench.report
 
