@@ -140,15 +140,13 @@ def shown_as(name: str, text: str) -> bool:
 
 
 def test_the_asset_graph_shows_the_contract_assets(page, ui):
-    url, _, shots = ui
+    url, _, _ = ui
     open_page(page, graph_url(url))
     nodes = page.locator("[class*=AssetNode_assetName]")
     nodes.first.wait_for()
     labels = nodes.all_inner_texts()
     missing = [a for a in CONTRACT if not any(shown_as(a, t) for t in labels)]
     assert not missing, f"{missing} not in the asset graph's nodes {labels}"
-    if shots is not None:
-        page.screenshot(path=str(shots / "asset-graph.png"))
 
 
 def test_a_daily_asset_shows_its_partitions_with_their_status(page, ui):
