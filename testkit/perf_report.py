@@ -436,7 +436,7 @@ REGIONS = {
 }
 
 
-# The other pages' generated regions.
+# Every page with generated regions, and the renderers of its regions.
 PAGES = {PAGE: REGIONS, CLUSTER_PAGE: {"cluster-runs": cluster_runs}}
 
 
