@@ -302,11 +302,19 @@ def _json_fields(df: Projections, shape: EventShape, too_big: Column
     # the first element of `[<payload>,0]`: text after the value ("{..} x", two events "{..}{..}")
     # breaks the array, and "{..},{..}" gives it a third element. `__v` is that array (the event
     # at `$[0]`, `_path`), null unless it is exactly [event, 0].
+    text = F.col("__text")
     df = df.add(F.when(~too_big & F.col("__utf8"), F.try_parse_json(
-        F.concat(F.lit("["), F.col("__text"), F.lit(",0]")))).alias("__w"))
+        F.concat(F.lit("["), text, F.lit(",0]")))).alias("__w"))
     w = F.col("__w")
-    df = df.add(F.when((F.try_variant_get(w, "$[1]", "int") == 0)
-                       & F.try_variant_get(w, "$[2]", "variant").isNull(), w).alias("__v"))
+    df = df.add(((F.try_variant_get(w, "$[1]", "int") == 0)
+                 & F.try_variant_get(w, "$[2]", "variant").isNull()).alias("__wrapped"))
+    # A payload can close the wrapper itself and go on ("{..},0] more", "{..} ,0] {..}"): only
+    # one holding a ']' can, so those rows alone (CASE WHEN is lazy) must also be the second and
+    # last element of `[0,<payload>]`, which such text gives a third ([0,{..},0]). That parse
+    # never fails where the first was accepted: its reader stops after the array's first value.
+    alone = F.when(~text.contains("]"), F.lit(True)).otherwise(F.try_variant_get(
+        F.try_parse_json(F.concat(F.lit("[0,"), text, F.lit("]"))), "$[2]", "variant").isNull())
+    df = df.add(F.when(F.col("__wrapped") & alone, w).alias("__v"))
     v = F.col("__v")
     source = {d.name: d.source for d in shape.dimensions}
 

@@ -129,6 +129,10 @@ BAD_CASES = [
     (ev() + b",0", "invalid_json"),
     (ev() + b",0,null", "invalid_json"),
     (ev() + b"]", "invalid_json"),
+    # Text that closes the parser's own wrapper early, then more: the wrapper's shape alone
+    # would accept it.
+    (ev() + b",0] garbage", "invalid_json"),
+    (ev() + b" , 0 ] " + ev(event_id="e2"), "invalid_json"),
 ]
 
 
