@@ -26,7 +26,7 @@ def main() -> int:
     from lakehouse.kafka.admin import ensure_topic
     from spark_jobs import stream
     from spark_jobs.session import get_spark
-    from spark_jobs.tables import ensure_tables
+    from spark_jobs.writer import ensure_tables
     from testkit.generator import produce
 
     n = int(os.environ.get("BENCH_EVENTS", "300000"))

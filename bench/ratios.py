@@ -69,7 +69,7 @@ def catch_up_ratios(spark, n: int, rounds: int, counter: Counter,
     the last product run's settings; the topic's settings)."""
     from lakehouse.kafka.admin import ensure_topic
     from spark_jobs import stream
-    from spark_jobs.tables import ensure_tables
+    from spark_jobs.writer import ensure_tables
 
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     warm_topic = f"bench-warm-{uuid.uuid4().hex[:8]}"

@@ -73,7 +73,7 @@ def idle_run_metadata(settings) -> None:
 
 def idle_run_metadata_seconds(spark, settings) -> dict:
     """Seconds of an idle run's metadata (best of 3) here and on a fresh, empty lakehouse."""
-    from spark_jobs.tables import ensure_tables
+    from spark_jobs.writer import ensure_tables
 
     fresh = Settings.from_env({**os.environ,
                                "LAKEHOUSE_ROOT": f"{settings.lakehouse_root}-fresh"})
@@ -103,7 +103,7 @@ def at_scale(spark, settings) -> dict:
     from lakehouse.kafka.admin import ensure_topic
     from spark_jobs import stream
     from spark_jobs.corrections import run_corrections
-    from spark_jobs.tables import ensure_tables
+    from spark_jobs.writer import ensure_tables
 
     fresh = Settings.from_env({**os.environ, "LAKEHOUSE_ROOT": f"{settings.lakehouse_root}-empty",
                                "EVENTS_TOPIC": f"{settings.events_topic}-empty"})
@@ -179,7 +179,7 @@ def main() -> int:
     _, baseline_s = timed(lambda: noop(raw.select(F.from_json(F.col("value").cast("string"), schema))))
     raw.unpersist()
 
-    from spark_jobs.tables import ensure_tables
+    from spark_jobs.writer import ensure_tables
 
     # The tables exist before the clock starts (creating ten tables is a one-time ~8 s that a
     # catch-up on a running lakehouse never pays; the hand-written job creates one).

@@ -42,7 +42,7 @@ def _bronze(spark, settings: Settings, valid, tmp: str) -> dict[str, Callable[[]
     from pyspark.sql import functions as F
 
     from lakehouse.tables.catalog import BRONZE
-    from spark_jobs.tables import STATS_COLUMNS
+    from spark_jobs.writer import STATS_COLUMNS
 
     rows = valid.select("*", F.current_timestamp().alias("ingested_at"),
                         F.lit(0).cast("long").alias("bronze_batch_id"))

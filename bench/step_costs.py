@@ -104,7 +104,7 @@ class Bench:
     @classmethod
     def start(cls, n: int, earlier: int) -> Bench:
         from spark_jobs.session import get_spark
-        from spark_jobs.tables import ensure_tables
+        from spark_jobs.writer import ensure_tables
 
         tmp = tempfile.mkdtemp(prefix="step-costs-")
         settings = Settings(lakehouse_root=tmp)

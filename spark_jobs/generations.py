@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
 from pyspark.sql import SparkSession
-from pyspark.sql.types import StructType
 
 from lakehouse.config import storage
 from lakehouse.config.settings import Settings
@@ -49,6 +48,7 @@ from lakehouse.tables.generations import (
 from lakehouse.tables.locks import checkpoint_lock, registry_lock
 from lakehouse.tables.reads import bronze_dates, compare_tables, read
 from spark_jobs.replay import missing_offsets
+from spark_jobs.writer import Writer, add_missing_columns
 
 # What a generation is made of, besides its tables (deleted with them when it is retired).
 GENERATION_DIRS = (CHECKPOINTS_DIR, REPORTS_DIR)
@@ -80,14 +80,15 @@ def _append(spark: SparkSession, folder: Settings, rows: list[tuple], check=None
             check(have)
         now = datetime.now(UTC)
         stamped = [(*row, now, len(have) + i) for i, row in enumerate(rows)]
-        fence.check()
-        (spark.createDataFrame(stamped, REGISTRY_DDL).write.format("delta").mode("append")
-         .save(folder.table_path(REGISTRY)))
+        Writer(spark, folder, fence).append(spark.createDataFrame(stamped, REGISTRY_DDL),
+                                            REGISTRY)
 
 
-def apply_spec(spark: SparkSession, settings: Settings) -> str | None:
-    """At the stream's start, under its writer lock: record the generation it writes and apply
-    an in-place change of the spec (`evolve`). Returns what it did, None when nothing."""
+def apply_spec(writer: Writer) -> str | None:
+    """At the stream's start, by its writer (under its lock): record the generation it writes
+    and apply an in-place change of the spec (`evolve`). Returns what it did, None when
+    nothing."""
+    spark, settings = writer.spark, writer.settings
     rows = records(settings)
     mine = latest_by_version(rows).get(settings.results_version)
     if not is_current(settings, rows):  # a generation being built
@@ -110,30 +111,17 @@ def apply_spec(spark: SparkSession, settings: Settings) -> str | None:
     if change.kind == "rebuild":  # resolve() sends such settings to a building generation
         raise RuntimeError(f"pipeline {settings.pipeline!r}: spec version "
                            f"{settings.results_version} needs a rebuild ({change.describe()})")
-    added = evolve(spark, settings)
+    added = evolve(writer)
     record(spark, settings, ACTIVE, note=f"{IN_PLACE} {current['spec_version']}: "
                                          f"{change.describe()}")
     return (f"spec version {current['spec_version']} -> {settings.results_version} in place "
             f"({change.describe()}); columns added: {added or 'none'}")
 
 
-def evolve(spark: SparkSession, settings: Settings) -> dict[str, list[str]]:
+def evolve(writer: Writer) -> dict[str, list[str]]:
     """Add the columns the spec's tables have and the existing ones lack (Delta schema
     evolution, one ALTER TABLE commit per table; old rows read null in them)."""
-    added: dict[str, list[str]] = {}
-    for table in ALL_TABLES:
-        found = delta_log.open_table(settings, table.name)
-        if found is None:
-            continue
-        have = {f.name for f in found.schema().fields}
-        target: StructType = spark.createDataFrame([], table.ddl_for(settings.shape)).schema
-        missing = [f for f in target.fields if f.name not in have]
-        if missing:
-            columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
-            spark.sql(f"ALTER TABLE delta.`{settings.table_path(table.name)}` "
-                      f"ADD COLUMNS ({columns})")
-            added[table.name] = [f.name for f in missing]
-    return added
+    return {t.name: added for t in ALL_TABLES if (added := add_missing_columns(writer, t))}
 
 
 # ---- the switch --------------------------------------------------------------------------------

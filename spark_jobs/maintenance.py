@@ -15,7 +15,8 @@ On an object store Delta's log store is safe for one writing driver per table on
 stream's tables are maintained only under the stream's lock (`lakehouse.tables.locks`): while the
 stream runs they are skipped and the run says so (stop the service for a maintenance window).
 The output says when it took and released that lock (`writer lock:` lines, epoch ms), and the
-lock's fence is checked before each commit (OPTIMIZE, VACUUM), as every writer does.
+locks' fences are checked before each commit (OPTIMIZE, VACUUM), as the writer does for every
+writer (`spark_jobs.writer`).
 
 A compaction changes no row (`dataChange=false`): the streaming source, the change feed, the
 corrections' foreign-commit check and the metrics all skip it; its commits carry the pipeline's
@@ -55,9 +56,9 @@ from lakehouse.tables.catalog import (
 )
 from lakehouse.tables.commit_tags import stream_watermark
 from lakehouse.tables.delta_log import open_table
-from lakehouse.tables.locks import CheckpointBusy, checkpoint_lock, date_lock
+from lakehouse.tables.locks import CheckpointBusy, Fences, checkpoint_lock, date_lock
 from lakehouse.tables.stats import add_actions
-from spark_jobs.tables import table_ref, tagged_commits
+from spark_jobs.writer import Writer, tagged_commits
 
 # A partition is compacted once it holds this many files (bounded, not one per micro-batch).
 MIN_FILES = 10
@@ -130,17 +131,17 @@ def maintain_table(spark: SparkSession, settings: Settings, table: Table, today:
         return Maintained(table.name, dates_compacted=[], files_before=0, files_removed=0,
                           files_added=0, retention_hours=DEFAULT_LOG_RETENTION.total_seconds() / 3600,
                           files_vacuumed=0)
-    path = settings.table_path(table.name)
     dates, files = crowded_partitions(settings, table, compact_before(spark, settings, table, today),
                                       min_files)
     removed = added = 0
     retention = log_retention(log)
-    fences = []
+    fences = Fences()
+    writer = Writer(spark, settings, fences)
     with ExitStack() as locks, tagged_commits(spark, f"maintenance:{table.name}"):
         if table in STREAM_WRITTEN and local_path(str(settings.root)) is None:
             # Delta's S3 log store takes one writing driver: the stream's lock, or no commit.
             try:
-                fences.append(locks.enter_context(checkpoint_lock(settings, INGEST_QUERY)))
+                fences.add(locks.enter_context(checkpoint_lock(settings, INGEST_QUERY)))
             except CheckpointBusy as busy:
                 return Maintained(table.name, [], files, 0, 0,
                                   retention.total_seconds() / 3600, 0, skipped=str(busy))
@@ -150,12 +151,10 @@ def maintain_table(spark: SparkSession, settings: Settings, table: Table, today:
         if dates:
             if table not in APPEND_ONLY and table != STREAMING:
                 for d in dates:  # sorted: two maintainers cannot deadlock
-                    fences.append(locks.enter_context(date_lock(settings, d)))
-            for fence in fences:
-                fence.check()
+                    fences.add(locks.enter_context(date_lock(settings, d)))
             where = "{} IN ({})".format(table.partition_by,
                                         ",".join(f"DATE'{d.isoformat()}'" for d in dates))
-            metrics = spark.sql(f"OPTIMIZE {table_ref(path)} WHERE {where}").first().metrics
+            metrics = writer.optimize(table, where).metrics
             removed, added = metrics.numFilesRemoved, metrics.numFilesAdded
         hours = retention.total_seconds() / 3600
         if table == RECONCILED and (kept := unsent(settings)):
@@ -167,9 +166,7 @@ def maintain_table(spark: SparkSession, settings: Settings, table: Table, today:
         expired = sum(f.endswith(".parquet") for f in open_table(settings, table.name).vacuum(
             int(hours), dry_run=True, enforce_retention_duration=False, full=True))
         if expired:
-            for fence in fences:
-                fence.check()
-            spark.sql(f"VACUUM {table_ref(path)} RETAIN {hours!r} HOURS")
+            writer.vacuum(table, hours)
     return Maintained(table.name, dates, files, removed, added, hours, expired)
 
 

@@ -7,14 +7,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from pyspark.sql import SparkSession
-
-from lakehouse.config.settings import Settings
 from lakehouse.kafka.admin import PartitionOffsets, consumer_lag
 from lakehouse.tables.catalog import INGEST_QUERY, PROGRESS
 from lakehouse.tables.commit_tags import StreamCommit, stream_commits
-from lakehouse.tables.local_writes import append_rows
 from lakehouse.tables.progress_reports import BatchReport, as_dict
+from spark_jobs.writer import Writer
 
 
 def progress_row(query: str, p: dict, kafka_offsets: list[PartitionOffsets] | None,
@@ -54,8 +51,7 @@ def progress_row(query: str, p: dict, kafka_offsets: list[PartitionOffsets] | No
 
 
 def record_progress(
-    spark: SparkSession,
-    settings: Settings,
+    writer: Writer,
     query: str,
     progresses: list,
     kafka_offsets: list[PartitionOffsets] | None = None,
@@ -66,6 +62,7 @@ def record_progress(
     its own batches, the service what it has not recorded yet). On a local root delta-rs
     commits it (`state_rows.append_rows`: milliseconds, where Spark's append took 4.2 s of a
     cold catch-up); on an object store, Spark."""
+    settings = writer.settings
     reports = {r["batchId"]: r for r in map(as_dict, progresses)}
     if not reports:
         return 0
@@ -80,13 +77,5 @@ def record_progress(
                          commits.get((r.get("id"), b)))
             for b, r in sorted(reports.items())]
     app = (f"stream_progress:{query}:{reports[newest]['id']}", newest)
-    if append_rows(settings, PROGRESS.name, rows, app):
-        return len(rows)
-    schema = spark.createDataFrame([], PROGRESS.ddl).schema
-    (
-        spark.createDataFrame([tuple(r[f.name] for f in schema) for r in rows], schema)
-        .write.format("delta").mode("append")
-        .option("txnAppId", app[0]).option("txnVersion", app[1])
-        .save(settings.table_path(PROGRESS.name))
-    )
+    writer.append_rows(PROGRESS, rows, app)
     return len(rows)

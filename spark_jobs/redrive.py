@@ -49,21 +49,12 @@ from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import BRONZE, LATE, QUARANTINE, REDRIVEN_TO
 from lakehouse.tables.commit_tags import newest_stream_commit, redrive_tag
 from lakehouse.tables.generations import require_applied
-from lakehouse.tables.locks import CheckpointBusy, Fence, checkpoint_lock, date_lock
+from lakehouse.tables.locks import CheckpointBusy, checkpoint_lock, date_lock
 from lakehouse.tables.stats import all_null
-from spark_jobs.tables import (
-    USER_METADATA,
-    add_missing_columns,
-    ensure_tables,
-    merge_into,
-    missing_columns,
-    read_table,
-    retry_on_conflict,
-    session_conf,
-    sql_string,
-)
+from spark_jobs.tables import missing_columns, read_table, retry_on_conflict, sql_string
 from spark_jobs.transforms.ingest import late_projection
 from spark_jobs.transforms.parse import classify, valid_columns
+from spark_jobs.writer import Writer, add_missing_columns, ensure_tables
 
 KEY = ["topic", "partition", "offset"]
 
@@ -107,11 +98,6 @@ class RedriveResult:
                 "per_reason": self.per_reason(), "columns_added": self.columns_added}
 
 
-def _append(df: DataFrame, settings: Settings, table: str, metadata: str) -> None:
-    (df.write.format("delta").mode("append").option("userMetadata", metadata)
-     .save(settings.table_path(table)))
-
-
 def run_redrive(spark: SparkSession, settings: Settings, d: date, run_id: str,
                 reasons: list[str] | None = None) -> RedriveResult:
     """Redrive the records quarantined on `d` (their broker date: the quarantine's partition),
@@ -125,7 +111,7 @@ def run_redrive(spark: SparkSession, settings: Settings, d: date, run_id: str,
         # A concurrent commit (the stream appending to today's quarantine partition while the
         # MERGE marks it): the redrive is idempotent, so it runs again.
         return retry_on_conflict(
-            lambda: _redrive(spark, settings, d, run_id, result, fence),
+            lambda: _redrive(Writer(spark, settings, fence), d, run_id, result),
             lambda exc: print(f"redrive {d}: a concurrent commit ({type(exc).__name__}); again",
                               file=sys.stderr, flush=True))
 
@@ -140,8 +126,9 @@ def _redrive_columns(spark: SparkSession, settings: Settings) -> list[str]:
         return []
     names = " and ".join(t.name for t in tables)
     try:
-        with checkpoint_lock(settings, role="a quarantine redrive"):
-            return [c for t in tables for c in add_missing_columns(spark, settings, t)]
+        with checkpoint_lock(settings, role="a quarantine redrive") as fence:
+            writer = Writer(spark, settings, fence)
+            return [c for t in tables for c in add_missing_columns(writer, t)]
     except CheckpointBusy as exc:
         raise CheckpointBusy(
             f"{names} predate this release's columns; the stream holds their lock ({exc}). The "
@@ -149,8 +136,8 @@ def _redrive_columns(spark: SparkSession, settings: Settings) -> list[str]:
             "once), then run the redrive") from exc
 
 
-def _redrive(spark: SparkSession, settings: Settings, d: date, run_id: str,
-             result: RedriveResult, fence: Fence) -> RedriveResult:
+def _redrive(writer: Writer, d: date, run_id: str, result: RedriveResult) -> RedriveResult:
+    spark, settings = writer.spark, writer.settings
     topic = settings.events_topic
     tag = redrive_tag(d, run_id)
     quarantine = read_table(spark, settings, QUARANTINE).where(
@@ -206,37 +193,32 @@ def _redrive(spark: SparkSession, settings: Settings, d: date, run_id: str,
             events.select(*KEY, F.col("_batch").alias("batch_id")), KEY).select(
             *read_table(spark, settings, LATE).columns)
         if not late.isEmpty():
-            fence.check()
-            _append(late, settings, LATE.name, tag)
+            writer.append(late, LATE, tag)
         new = events.join(held_by(BRONZE), KEY, "left_anti").select(
             *valid_columns(settings.shape), F.current_timestamp().alias("ingested_at"),
             F.col("_batch").alias("bronze_batch_id")).localCheckpoint(eager=True)
         result.landed_now = new.count()
         if result.landed_now:
-            fence.check()
-            _append(new, settings, BRONZE.name, tag)
+            writer.append(new, BRONZE, tag)
         # Every record that passes is in bronze now (this run's or a crashed run's append).
-        _mark(spark, settings, d, valid.select(*KEY), run_id, tag, fence)
+        _mark(writer, d, valid.select(*KEY), run_id, tag)
         result.redriven = dict(redriven)
         return result
     finally:
         classified.unpersist()
 
 
-def _mark(spark: SparkSession, settings: Settings, d: date, landed: DataFrame, run_id: str,
-          tag: str, fence: Fence) -> None:
+def _mark(writer: Writer, d: date, landed: DataFrame, run_id: str, tag: str) -> None:
     """Mark `landed` (topic, partition, offset) redriven in the quarantine's partition `d`: one
     MERGE (a MERGE that changes no row commits nothing)."""
-    fence.check()
     landed = landed.select(*KEY, F.lit(datetime.now(UTC)).alias("_at"))
-    with session_conf(spark, USER_METADATA, tag):
-        merge_into(
-            spark, settings.table_path(QUARANTINE.name), landed,
-            f"t.quarantine_date = DATE'{d.isoformat()}' AND t.topic = s.topic "
-            "AND t.partition = s.partition AND t.offset = s.offset AND t.redriven_at IS NULL",
-            "WHEN MATCHED THEN UPDATE SET t.redriven_at = s._at, "
-            f"t.redrive_run_id = {sql_string(run_id)}, "
-            f"t.redriven_to = {sql_string(REDRIVEN_TO)}")
+    writer.merge(
+        QUARANTINE, landed,
+        f"t.quarantine_date = DATE'{d.isoformat()}' AND t.topic = s.topic "
+        "AND t.partition = s.partition AND t.offset = s.offset AND t.redriven_at IS NULL",
+        "WHEN MATCHED THEN UPDATE SET t.redriven_at = s._at, "
+        f"t.redrive_run_id = {sql_string(run_id)}, "
+        f"t.redriven_to = {sql_string(REDRIVEN_TO)}", tag)
 
 
 def redriven_counts(spark: SparkSession, settings: Settings, dates: list[date]) -> dict[str, int]:

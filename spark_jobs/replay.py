@@ -34,15 +34,15 @@ from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import BRONZE, REPLAY, REPLAY_STATE
 from lakehouse.tables.commit_tags import LogPosition, bronze_position
 from lakehouse.tables.generations import require_applied
-from lakehouse.tables.local_writes import replace_date
 from lakehouse.tables.locks import date_lock
 from lakehouse.tables.reads import DRIVER_ROWS_MAX
-from lakehouse.tables.state_rows import append_row, latest_row
+from lakehouse.tables.state_rows import latest_row
 from spark_jobs.costs import measured
-from spark_jobs.tables import ensure_tables, read_table
+from spark_jobs.tables import read_table
 from spark_jobs.transforms.counting import events_for_date
 from spark_jobs.transforms.parse import classify, valid_columns
 from spark_jobs.transforms.windows import aggregate_windows
+from spark_jobs.writer import Writer, ensure_tables
 
 
 def missing_offsets(spark: SparkSession, settings: Settings, d: date,
@@ -102,12 +102,12 @@ def run_replay(spark: SparkSession, settings: Settings, d: date, as_of: int | No
     (ReplayIncomplete) when the retained log may not hold every record of the date."""
     require_applied(settings)
     settings = with_registry_schemas(settings)  # an Avro spec's registry: its schemas now
-    with date_lock(settings, d):
-        return _replay(spark, settings, d, as_of, run_id)
+    with date_lock(settings, d) as fence:
+        return _replay(Writer(spark, settings, fence), d, as_of, run_id)
 
 
-def _replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None,
-            run_id: str) -> ReplayResult:
+def _replay(writer: Writer, d: date, as_of: int | None, run_id: str) -> ReplayResult:
+    spark, settings = writer.spark, writer.settings
     ensure_tables(spark, settings)
     require_log_append_time(settings)  # offsets-for-times ranges need broker append times
     offsets = topic_offsets(settings)  # one broker round trip for the check and the ranges
@@ -118,26 +118,22 @@ def _replay(spark: SparkSession, settings: Settings, d: date, as_of: int | None,
     ranges, until = offset_ranges(settings, d, position, offsets)
     result = ReplayResult(d, ranges=ranges, read_until=until, bronze_version=version)
     with measured(spark) as cost:
-        fetched = _read_and_write(spark, settings, d, ranges, result)
+        fetched = _read_and_write(writer, d, ranges, result)
     result.cost = {"kafka_records_fetched": result.records_read, "kafka_bytes_fetched": fetched,
                    **_written(settings), **cost}
-    row = (d, version, run_id, datetime.now(UTC))
-    if not append_row(settings, REPLAY_STATE.name, dict(zip(
-            ("event_date", "bronze_version", "run_id", "replayed_at"), row, strict=True))):
-        # The declared schema, not the table's: a table created by an older release with more
-        # (nullable) columns still takes the row.
-        spark.createDataFrame([row], REPLAY_STATE.ddl).write.format(
-            "delta").mode("append").save(settings.table_path(REPLAY_STATE.name))
+    writer.append_rows(REPLAY_STATE, [{"event_date": d, "bronze_version": version,
+                                       "run_id": run_id, "replayed_at": datetime.now(UTC)}])
     return result
 
 
-def _read_and_write(spark: SparkSession, settings: Settings, d: date,
-                    ranges: dict[int, tuple[int, int]], result: ReplayResult) -> int:
+def _read_and_write(writer: Writer, d: date, ranges: dict[int, tuple[int, int]],
+                    result: ReplayResult) -> int:
     """Read `ranges` of the topic, count `d`'s windows into `result` and replace the date's
     replay rows. Returns the bytes fetched (keys and values)."""
+    spark, settings = writer.spark, writer.settings
     read = {p: r for p, r in ranges.items() if r[1] > r[0]}
     if not read:
-        _write_replay(spark, None, settings, d, 0)
+        _write_replay(writer, None, d, 0)
         return 0
     topic = settings.events_topic
     raw = (
@@ -162,7 +158,7 @@ def _read_and_write(spark: SparkSession, settings: Settings, d: date,
     windows = aggregate_windows(events_for_date(valid, settings, d), settings).observe(
         windows_seen, F.count(F.lit(1)).alias("windows"), F.sum("event_count").alias("events"))
     result.records_read = sum(hi - lo for lo, hi in read.values())
-    _write_replay(spark, windows, settings, d, result.records_read)
+    _write_replay(writer, windows, d, result.records_read)
     result.quarantined = int(records.get["quarantined"])
     result.windows = int(windows_seen.get["windows"])
     result.events = int(windows_seen.get["events"] or 0)
@@ -193,10 +189,10 @@ def replayed_in_run(settings: Settings, d: date, run_id: str | None) -> int | No
     return row.bronze_version if row else None
 
 
-def _write_replay(spark: SparkSession, windows: DataFrame | None, settings: Settings, d: date,
-                  records: int) -> None:
+def _write_replay(writer: Writer, windows: DataFrame | None, d: date, records: int) -> None:
     """Replace `d`'s rows of replay_aggregates with `windows` (+ replayed_at; None: no rows),
     one commit."""
+    spark, settings = writer.spark, writer.settings
     rows = (None if windows is None
             else windows.withColumn("replayed_at", F.lit(datetime.now(UTC))))
     # Up to DRIVER_ROWS_MAX records read (a window per record at most), on a local root: the
@@ -205,13 +201,8 @@ def _write_replay(spark: SparkSession, windows: DataFrame | None, settings: Sett
     # written by Spark.
     if settings.local_root is not None and records <= DRIVER_ROWS_MAX:
         # toArrow: the one action (the observed counts complete with it).
-        replace_date(settings, REPLAY.name, d, None if rows is None else rows.toArrow())
+        writer.replace_date(REPLAY, d, None if rows is None else rows.toArrow())
         return
     if rows is None:
         rows = spark.createDataFrame([], read_table(spark, settings, REPLAY).schema)
-    (
-        rows.write.format("delta")
-        .mode("overwrite")
-        .option("replaceWhere", f"event_date = DATE'{d.isoformat()}'")
-        .save(settings.table_path(REPLAY.name))
-    )
+    writer.replace(rows, REPLAY, f"event_date = DATE'{d.isoformat()}'")

@@ -33,11 +33,9 @@ import json
 import sys
 import time
 from collections.abc import Callable, Collection
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -56,7 +54,7 @@ from lakehouse.tables.commit_tags import (
     stream_commit_of,
 )
 from lakehouse.tables.generations import pending_change
-from lakehouse.tables.local_writes import partition_rows_of, plain_table, replace_partitions
+from lakehouse.tables.local_writes import partition_rows_of, plain_table
 from lakehouse.tables.locks import Fence, checkpoint_lock
 from lakehouse.tables.progress_reports import BatchReport, as_dict
 from lakehouse.tables.reads import DRIVER_ROWS_MAX
@@ -64,28 +62,18 @@ from spark_jobs import checkpoint as ckpt
 from spark_jobs.generations import apply_spec
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import CHUNK_COLUMNS, RecentIds, free_checkpointed
-from spark_jobs.tables import (
-    add_missing_columns,
-    ensure_tables,
-    limit_stats,
-    migrate_layout,
-    read_changes,
-    read_table,
-    session_conf,
-)
+from spark_jobs.tables import read_changes, read_table, sql_string
 from spark_jobs.transforms.avro import schema_id
 from spark_jobs.transforms.ingest import counted_events, fold_into_open, late_projection, next_watermark_ms
 from spark_jobs.transforms.parse import classify, quarantine_projection, valid_columns
 from spark_jobs.transforms.windows import aggregate_windows
+from spark_jobs.writer import Writer, add_missing_columns, ensure_tables, limit_stats, migrate_layout
 
 # `streaming_aggregates`' timestamps on whole milliseconds (the window grid, the watermark):
 # their file statistics are exact when the driver writes the table (`replace_partitions`).
 WHOLE_MS_COLUMNS = ("window_start", "window_end", "watermark")
 # How Spark says a locally checkpointed block is gone (its executor died).
 LOST_BLOCK = "Checkpoint block"
-REPLACE_WHERE_CHECK = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
-# Delta records no commit for an append of no rows unless this is off.
-SKIP_EMPTY_COMMITS = "spark.databricks.delta.skipRecordingEmptyCommits"
 
 
 @dataclass
@@ -180,10 +168,10 @@ def retention_gaps(settings: Settings, positions: dict[int, int | None]
             if o is not None and p in earliest and o < earliest[p]}
 
 
-def handle_data_loss(spark: SparkSession, settings: Settings,
-                     gaps: dict[int, tuple[int, int]]) -> None:
+def handle_data_loss(writer: Writer, gaps: dict[int, tuple[int, int]]) -> None:
     """ON_DATA_LOSS=fail: refuse to start, naming the ranges. skip_and_record: record them in
     `skipped_offsets` (once, however often the start is retried)."""
+    spark, settings = writer.spark, writer.settings
     ranges = ", ".join(f"partition {p}: offsets {a}-{b - 1} ({b - a} records)"
                        for p, (a, b) in sorted(gaps.items()))
     if settings.on_data_loss != "skip_and_record":
@@ -192,20 +180,19 @@ def handle_data_loss(spark: SparkSession, settings: Settings,
             f"read them: {ranges}. Nothing was skipped. To go on from the earliest retained "
             "offsets, set ON_DATA_LOSS=skip_and_record: the ranges are recorded in "
             "skipped_offsets, and the dates they may belong to are never reported as proven.")
-    table = settings.table_path(SKIPPED.name)
-    known = {(r.partition, r.from_offset) for r in spark.read.format("delta").load(table)
+    known = {(r.partition, r.from_offset) for r in read_table(spark, settings, SKIPPED)
              .where(F.col("topic") == settings.events_topic)
              .select("partition", "from_offset").collect()}
     now = datetime.now(UTC)
     rows = [(settings.events_topic, p, a, b, b - a, now, now.date(), "retention")
             for p, (a, b) in sorted(gaps.items()) if (p, a) not in known]
     if rows:
-        spark.createDataFrame(rows, SKIPPED.ddl).write.format("delta").mode("append").save(table)
+        writer.append(spark.createDataFrame(rows, SKIPPED.ddl), SKIPPED)
     print(f"warning: skipped records deleted by retention ({ranges}); recorded in "
           "skipped_offsets (ON_DATA_LOSS=skip_and_record)", file=sys.stderr, flush=True)
 
 
-def drop_orphans(spark: SparkSession, settings: Settings, positions: dict[int, int | None]) -> None:
+def drop_orphans(writer: Writer, positions: dict[int, int | None]) -> None:
     """Before a new checkpoint's first batch: delete the quarantine and late rows at or beyond
     the start positions (all of a partition no stream commit has read). They can only be
     orphans of a batch that crashed before its bronze commit (bronze's commit is a batch's last
@@ -213,18 +200,16 @@ def drop_orphans(spark: SparkSession, settings: Settings, positions: dict[int, i
     new tags: without this they would land twice."""
     if not positions:
         return
-    beyond = " OR ".join(f"(partition = {p}" + ("" if o is None else f" AND offset >= {o}") + ")"
-                         for p, o in positions.items())
+    beyond = " OR ".join(f"(`partition` = {p}" + ("" if o is None else f" AND `offset` >= {o}")
+                         + ")" for p, o in positions.items())
     for table in (QUARANTINE, LATE):
-        found = delta_log.open_table(settings, table.name)
+        found = delta_log.open_table(writer.settings, table.name)
         if found is None or not found.file_uris():
             continue  # no row at all (a new root): nothing to delete, and no Delta job for it
-        (DeltaTable.forPath(spark, settings.table_path(table.name))
-         .delete(f"topic = '{settings.events_topic}' AND ({beyond})"))
+        writer.delete(table, f"topic = {sql_string(writer.settings.events_topic)} AND ({beyond})")
 
 
-def complete_pending_aggregates(spark: SparkSession, settings: Settings,
-                                fence: Fence | None = None) -> bool:
+def complete_pending_aggregates(writer: Writer) -> bool:
     """Before a new checkpoint's first batch: add bronze's newest stream batch into
     `streaming_aggregates` if its aggregates commit was never made (the runner died between the
     batch's bronze commit and that commit, then the checkpoint was lost). The new checkpoint starts after
@@ -232,6 +217,7 @@ def complete_pending_aggregates(spark: SparkSession, settings: Settings,
     good. Its rows are the bronze commit's own (Change Data Feed of that one version), judged
     by the watermark stamped on it, deduplicated against bronze before it, exactly as the batch
     would have been; the commit's tag makes a repeat a no-op. True when it published."""
+    spark, settings = writer.spark, writer.settings
     commit = newest_stream_commit(settings)
     if commit is None or commit.query is None or commit.batch_id is None:
         return False
@@ -248,9 +234,7 @@ def complete_pending_aggregates(spark: SparkSession, settings: Settings,
                else None)
     deltas = (aggregate_windows(counted_events(on_time, earlier, settings.shape), settings)
               if dates else None)
-    if fence is not None:
-        fence.check()
-    publish_windows(spark, settings, deltas, commit, commit.batch_id)
+    publish_windows(writer, deltas, commit, commit.batch_id)
     print(f"completed the aggregates of ingest batch {commit.batch_id} (bronze version "
           f"{commit.version}): their commit had not been made", file=sys.stderr, flush=True)
     return True
@@ -288,13 +272,8 @@ def _quarantined_by(spark: SparkSession, settings: Settings, batch_id: int, firs
             .select("partition", "offset"))
 
 
-def _append(df: DataFrame, settings: Settings, table: str, user_metadata: str) -> None:
-    (df.write.format("delta").mode("append").option("userMetadata", user_metadata)
-     .save(settings.table_path(table)))
-
-
-def publish_windows(spark: SparkSession, settings: Settings, deltas: DataFrame | None,
-                    commit: StreamCommit, batch_id: int, published: bool | None = None,
+def publish_windows(writer: Writer, deltas: DataFrame | None, commit: StreamCommit,
+                    batch_id: int, published: bool | None = None,
                     on_time: int | None = None) -> None:
     """Publish the batch into `streaming_aggregates` in one commit: its window deltas added into
     the open windows, and the windows the next watermark closes marked final.
@@ -310,6 +289,7 @@ def publish_windows(spark: SparkSession, settings: Settings, deltas: DataFrame |
     carries the batch's tag; a re-run batch finds it and publishes nothing twice (`published`:
     whether it is there, when the caller has read the log already; `on_time`: the batch's
     on-time records, a bound of the rows `deltas` holds; None: not known, Spark writes)."""
+    spark, settings = writer.spark, writer.settings
     window_ms = int(settings.window_size.total_seconds() * 1000)
     closes = commit.next_watermark_ms // window_ms > commit.watermark_ms // window_ms
     if deltas is None and not closes:
@@ -331,18 +311,14 @@ def publish_windows(spark: SparkSession, settings: Settings, deltas: DataFrame |
     if rows is not None:
         open_rows = spark.createDataFrame(rows, schema=from_arrow_schema(rows.schema))
         published = fold_into_open(open_rows, deltas, settings.shape, commit, batch_id)
-        replace_partitions(settings, table, "status", OPEN, published.toArrow(), tag,
-                           exact_ms=WHOLE_MS_COLUMNS)
+        writer.replace_partitions(table, "status", OPEN, published.toArrow(), tag,
+                                  exact_ms=WHOLE_MS_COLUMNS)
         return
     open_rows = read_table(spark, settings, STREAMING).where(F.col("status") == OPEN)
     published = fold_into_open(open_rows, deltas, settings.shape, commit, batch_id)
     # The rows that closed go to their final partitions in the same commit: the overwrite's
     # check that every written row matches the condition is off for this write.
-    with session_conf(spark, REPLACE_WHERE_CHECK, "false"):
-        (published.write.format("delta").mode("overwrite")
-         .option("replaceWhere", f"status = '{OPEN}'")
-         .option("userMetadata", tag)
-         .save(settings.table_path(STREAMING.name)))
+    writer.replace(published, STREAMING, f"status = '{OPEN}'", tag, check=False)
 
 
 def _bronze_above(spark: SparkSession, settings: Settings, version: int,
@@ -393,6 +369,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
         # shuffle into a job of its own (twice the jobs of a small batch, for nothing to
         # coalesce at a few shuffle partitions).
         spark.conf.set("spark.sql.adaptive.enabled", "false")
+        writer = Writer(spark, settings, query.fence)
         app = query.app_id
         # The batch's end offsets, from its write-ahead log entry: they stamp the bronze commit.
         ends = (ckpt.batch_offsets(spark, query.checkpoint, batch_id).sources[0] or {}).get(
@@ -459,22 +436,17 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
                     valid = valid.join(F.broadcast(taken), ["partition", "offset"], "left_anti")
                 elif facts.bad:
                     _label(spark, "quarantine")
-                    query.fence.check()
                     bad = quarantine_projection(classified.where(~is_valid), settings)
-                    _append(bad.select("*", *stamp), settings, QUARANTINE.name, tag)
+                    writer.append(bad.select("*", *stamp), QUARANTINE, tag)
                 if facts.late and not plan.appended(settings, LATE.name):
                     _label(spark, "late")
-                    query.fence.check()
-                    _append(late_projection(valid.where(is_late), settings, watermark_ms, batch_id),
-                            settings, LATE.name, tag)
+                    writer.append(late_projection(valid.where(is_late), settings, watermark_ms,
+                                                  batch_id), LATE, tag)
                 _label(spark, "bronze")
-                query.fence.check()
                 # Last of the appends: its commit says the batch's appends are all done. A batch
                 # of only quarantined records still stamps its position: an empty commit.
-                empty = not (facts.late or facts.on_time)
-                with (session_conf(spark, SKIP_EMPTY_COMMITS, "false") if empty
-                      else nullcontext()):
-                    _append(valid.select("*", *stamp), settings, BRONZE.name, commit.metadata())
+                writer.append(valid.select("*", *stamp), BRONZE, commit.metadata(),
+                              empty_commit=not (facts.late or facts.on_time))
                 commit = stream_commit_of(settings, app, batch_id, plan.bronze_version)
                 if commit is None:
                     raise RuntimeError(f"bronze commit of ingest batch {batch_id} not found "
@@ -489,9 +461,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
             def publish(earlier: DataFrame | None, published: bool | None) -> None:
                 deltas = (aggregate_windows(counted_events(on_time, earlier, shape), settings)
                           if facts.on_time else None)
-                query.fence.check()
-                publish_windows(spark, settings, deltas, commit, batch_id, published,
-                                facts.on_time)
+                publish_windows(writer, deltas, commit, batch_id, published, facts.on_time)
 
             earlier = (_earlier_ids(spark, settings, query.recent, previous, earlier_version,
                                     watermark_ms) if facts.on_time else None)
@@ -529,12 +499,13 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
     schemas are fetched here, at every start (a restart after `SchemasChanged` gets the new
     ones)."""
     settings = with_registry_schemas(settings)
+    writer = Writer(spark, settings, fence or Fence())
     ensure_tables(spark, settings)
-    migrate_layout(spark, settings, STREAMING)
-    limit_stats(spark, settings, BRONZE)
+    migrate_layout(writer, STREAMING)
+    limit_stats(writer, BRONZE)
     for table in (QUARANTINE, BRONZE):  # this release's columns (the redrive's, the exact key)
-        add_missing_columns(spark, settings, table)
-    if applied := apply_spec(spark, settings):  # a spec edit takes effect here, under the lock
+        add_missing_columns(writer, table)
+    if applied := apply_spec(writer):  # a spec edit takes effect here, under the lock
         print(f"{settings.pipeline}: {applied}", flush=True)
     topic = check_topic(settings)
     checkpoint = settings.checkpoint_path(INGEST_QUERY)
@@ -545,7 +516,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
         gaps = retention_gaps(settings, ckpt.committed_position(
             spark, checkpoint, settings.events_topic))
         if gaps:
-            handle_data_loss(spark, settings, gaps)
+            handle_data_loss(writer, gaps)
             # The checkpoint would resume inside the gap: a new one starts from bronze's
             # position (the same place: bronze stamps every batch), past the gap.
             moved = ckpt.move_aside(spark, checkpoint, f"data-loss-{int(time.time())}")
@@ -555,19 +526,19 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
         positions = start_positions(settings)
         gaps = retention_gaps(settings, positions)
         if gaps:
-            handle_data_loss(spark, settings, gaps)
-        drop_orphans(spark, settings, positions)
-        complete_pending_aggregates(spark, settings, fence)
+            handle_data_loss(writer, gaps)
+        drop_orphans(writer, positions)
+        complete_pending_aggregates(writer)
         start = starting_offsets(positions, settings, skipped=gaps)
-    writer = (
+    stream = (
         classify(kafka_source(spark, settings, start), settings)
         .writeStream.queryName(INGEST_QUERY)
         .foreachBatch(ingest_batch(settings, _Query(spark, checkpoint, topic,
-                                                    fence=fence or Fence(),
+                                                    fence=writer.fence,
                                                     recent=recent or RecentIds())))
         .option("checkpointLocation", checkpoint)
     )
-    return trigger.apply(writer).start()
+    return trigger.apply(stream).start()
 
 
 # Spark 4.1.1 bug (SPARK-55271): after a crash, the Kafka source's progress metrics throw this
@@ -614,12 +585,13 @@ def run_available_now(spark: SparkSession, settings: Settings) -> list[dict]:
                               "new schemas", flush=True)
         finally:
             recent.clear()
-    # Only batches that ran: an idle trigger's report (no new records) is no batch, and as the
-    # idempotent append's txnVersion it would take the id of the next real batch, whose row
-    # would then never be written. A catch-up that ran none records nothing.
-    executed = [p for p in progresses if BatchReport.of(p).executed]
-    if executed:
-        record_progress(spark, settings, INGEST_QUERY, executed, topic_offsets(settings))
+        # Only batches that ran: an idle trigger's report (no new records) is no batch, and as
+        # the idempotent append's txnVersion it would take the id of the next real batch, whose
+        # row would then never be written. A catch-up that ran none records nothing.
+        executed = [p for p in progresses if BatchReport.of(p).executed]
+        if executed:
+            record_progress(Writer(spark, settings, fence), INGEST_QUERY, executed,
+                            topic_offsets(settings))
     return progresses
 
 

@@ -12,7 +12,7 @@ from lakehouse.config.settings import Settings
 from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import BRONZE
 from spark_jobs.corrections import gold_bronze_version
-from spark_jobs.tables import ensure_tables
+from spark_jobs.writer import ensure_tables
 
 RUN_TAG = "lakehouse/bronze_version"
 

@@ -118,7 +118,7 @@ QUARANTINE = Table(
 # A quarantined record a redrive (spark_jobs.redrive) found valid is marked, never deleted:
 # `redriven_at`, the run (`redrive_run_id`) and where it landed (`redriven_to`, REDRIVEN_TO: bronze
 # and the late lane). Null in all three: still quarantined. Added to tables created before
-# 2026-11-27 by `spark_jobs.tables.add_missing_columns` (nullable, old rows null).
+# 2026-11-27 by `spark_jobs.writer.add_missing_columns` (nullable, old rows null).
 REDRIVEN_TO = "bronze_events+late_events"
 # `streaming_aggregates` statuses: a window is open until the watermark passes its end.
 OPEN, FINAL = "open", "final"

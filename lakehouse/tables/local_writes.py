@@ -3,9 +3,11 @@ milliseconds instead of a Spark write, which pays for the table's snapshot (the 
 Spark jobs, ~6 s in a one-run process's cold JVM on 2 cores) and its own jobs. Spark reads what
 these write as any table.
 
-On an object store every writer goes through Spark (delta-rs' commits there need a locking
-provider or conditional puts the store may not offer): `append_rows` returns False there,
-`replace_date` is for local roots only (`settings.local_root`)."""
+The delta-rs half of the one writer: only `spark_jobs.writer` calls these (it checks the
+writer's lock first and picks them or Spark). On an object store every commit goes through
+Spark (delta-rs' commits there need a locking provider or conditional puts the store may not
+offer): `append_rows` returns False there, `replace_date` is for local roots only
+(`settings.local_root`)."""
 
 from __future__ import annotations
 

@@ -112,6 +112,21 @@ class Fence:
         return None
 
 
+class Fences(Fence):
+    """The fences of every lock a writer holds (a maintainer: the stream's and some dates'):
+    each is checked."""
+
+    def __init__(self):
+        self.held: list[Fence] = []
+
+    def add(self, fence: Fence) -> None:
+        self.held.append(fence)
+
+    def check(self) -> None:
+        for fence in self.held:
+            fence.check()
+
+
 class _PgFence(Fence):
     def __init__(self, conn, key: int, what: str):
         self.conn, self.key, self.what = conn, key, what

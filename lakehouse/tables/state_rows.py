@@ -1,9 +1,8 @@
 """The newest row of a date in the small append-only state tables (`corrections_state`,
 `replay_state`), read with delta-rs: a few milliseconds instead of a Spark query per read (about
 a second each on 2 cores, three per reconciliation run, all log replay and job scheduling for a
-one-partition table of a few rows), and appended with delta-rs on a local root
-(`local_writes.append_rows`): a few milliseconds instead of a Spark write (1-3 s per row here,
-two per reconciliation run)."""
+one-partition table of a few rows). Their rows are appended by `spark_jobs.writer`
+(`Writer.append_rows`)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ import pyarrow.compute as pc
 
 from lakehouse.config.settings import Settings
 from lakehouse.tables import delta_log
-from lakehouse.tables.local_writes import append_rows
 from lakehouse.tables.reads import read
 
 
@@ -34,7 +32,3 @@ def latest_row(settings: Settings, name: str, d: date, order_by: tuple[str, ...]
     first = rows.sort_by([(c, "descending") for c in order_by]).slice(0, 1).to_pylist()[0]
     return SimpleNamespace(**first)
 
-
-def append_row(settings: Settings, name: str, row: dict) -> bool:
-    """Append `row` (column -> value) to table `name`: `append_rows` of one row."""
-    return append_rows(settings, name, [row])

@@ -51,6 +51,7 @@ from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import RecentIds
 from spark_jobs.session import get_spark
 from spark_jobs.stream import DataLost, TopicReplaced, Trigger, start_ingest
+from spark_jobs.writer import Writer
 
 PROGRESS_EVERY_S = 30.0  # stream_progress bookkeeping: at most one commit per this long
 LOCK_LOST = 3  # exit status of a service that lost its writer lock
@@ -380,8 +381,8 @@ class _Bookkeeping:
         due = record or time.monotonic() - self.last_record >= PROGRESS_EVERY_S
         if not new or not due:
             return
-        self.fence.check()
-        record_progress(self.spark, self.settings, INGEST_QUERY, new, _topic_ends(self.settings))
+        record_progress(Writer(self.spark, self.settings, self.fence), INGEST_QUERY, new,
+                        _topic_ends(self.settings))
         self.recorded = max(p["batchId"] for p in new)
         self.last_record = time.monotonic()
 

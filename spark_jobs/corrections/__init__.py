@@ -45,14 +45,9 @@ from spark_jobs.corrections.changelog import repair
 from spark_jobs.corrections.publish import publish
 from spark_jobs.corrections.scope import incremental_scope
 from spark_jobs.corrections.state import gold_bronze_version, latest_state, plan, save_state
-from spark_jobs.tables import (
-    date_rows,
-    ensure_tables,
-    read_table,
-    retry_on_conflict,
-    tagged_commits,
-)
+from spark_jobs.tables import date_rows, read_table, retry_on_conflict
 from spark_jobs.transforms.recompute import recompute
+from spark_jobs.writer import Writer, ensure_tables, tagged_commits
 
 __all__ = ["CorrectionResult", "gold_bronze_version", "latest_state", "run_corrections"]
 
@@ -74,12 +69,14 @@ def run_corrections(
     MAX_ATTEMPTS times): the diff is never applied against gold it was not computed from.
     """
     require_applied(settings)
-    with date_lock(settings, d):
-        return retry_on_conflict(lambda: _correct(spark, settings, d, run_id, reprocess, as_of))
+    with date_lock(settings, d) as fence:
+        writer = Writer(spark, settings, fence)
+        return retry_on_conflict(lambda: _correct(writer, d, run_id, reprocess, as_of))
 
 
-def _correct(spark: SparkSession, settings: Settings, d: date, run_id: str, reprocess: bool,
+def _correct(writer: Writer, d: date, run_id: str, reprocess: bool,
              as_of: int | None) -> CorrectionResult:
+    spark, settings = writer.spark, writer.settings
     result = CorrectionResult(d)
     with result.timed("plan"):
         ensure_tables(spark, settings)
@@ -92,7 +89,7 @@ def _correct(spark: SparkSession, settings: Settings, d: date, run_id: str, repr
         state = latest_state(settings, d)
         # A run that died after its gold commit left corrections unlogged: log them first
         # (the revisions below continue from the changelog).
-        result.changelog_repaired = repair(spark, settings, d, state)
+        result.changelog_repaired = repair(writer, d, state)
         # Read once: the scope's closing windows and the diff's finalizations use the same one.
         result.watermark = stream_watermark(settings)
         if reprocess:
@@ -120,12 +117,12 @@ def _correct(spark: SparkSession, settings: Settings, d: date, run_id: str, repr
             if recomputed is None:
                 recomputed = recompute(bronze, settings, d, scope)
             with tagged_commits(spark, f"{result.mode}:{d.isoformat()}:{run_id}"):
-                publish(spark, settings, d, recomputed, scope, run_id, result,
+                publish(writer, d, recomputed, scope, run_id, result,
                         cause="reprocess" if reprocess else None)
     finally:
         (scope if scope is not None else recomputed).unpersist()
     with result.timed("state"):
-        save_state(spark, settings, d, bronze_version, gold_version, result.mode, run_id)
+        save_state(writer, d, bronze_version, gold_version, result.mode, run_id)
     with result.timed("totals"):
         result.beyond_horizon, result.windows, result.late_events = _totals(
             spark, settings, d, bronze_version)

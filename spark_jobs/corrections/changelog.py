@@ -21,7 +21,8 @@ from lakehouse.config.settings import Settings
 from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import CORRECTIONS, LATE, RECONCILED
 from lakehouse.tables.commit_tags import PIPELINE_TAG
-from spark_jobs.tables import merge_into, quoted, read_changes, read_table
+from spark_jobs.tables import quoted, read_changes, read_table
+from spark_jobs.writer import Writer
 
 
 def _tag_parts(meta: str) -> tuple[str, str] | None:
@@ -93,8 +94,9 @@ def corrections_in(spark: SparkSession, settings: Settings, d: date, first: int,
     )
 
 
-def append_new(spark: SparkSession, settings: Settings, d: date, rows: DataFrame) -> int:
+def append_new(writer: Writer, d: date, rows: DataFrame) -> int:
     """Insert the rows whose (window, key, revision) the changelog does not hold; the count."""
+    spark, settings = writer.spark, writer.settings
     logged = (read_table(spark, settings, CORRECTIONS).where(F.col("event_date") == F.lit(d))
               .select(*settings.shape.window_id, "revision"))
     keys = [*settings.shape.window_id, "revision"]
@@ -102,36 +104,36 @@ def append_new(spark: SparkSession, settings: Settings, d: date, rows: DataFrame
     try:
         n = rows.count()
         if n:  # the MERGE only guards against a writer outside the date's lock
-            merge_into(spark, settings.table_path(CORRECTIONS.name), rows,
-                       f"t.event_date = DATE'{d.isoformat()}'"
-                       + "".join(f" AND t.{quoted(k)} = s.{quoted(k)}" for k in keys),
-                       "WHEN NOT MATCHED THEN INSERT *")
+            writer.merge(CORRECTIONS, rows,
+                         f"t.event_date = DATE'{d.isoformat()}'"
+                         + "".join(f" AND t.{quoted(k)} = s.{quoted(k)}" for k in keys),
+                         "WHEN NOT MATCHED THEN INSERT *")
         return n
     finally:
         rows.unpersist()
 
 
-def log_published(spark: SparkSession, settings: Settings, d: date, before: int, run_id: str,
-                  cause: str | None) -> int:
+def log_published(writer: Writer, d: date, before: int, run_id: str, cause: str | None) -> int:
     """Log the corrections of gold's commits after version `before` (this run's, under the
     date's lock) of date `d`."""
+    spark, settings = writer.spark, writer.settings
     last = delta_log.version(settings, RECONCILED.name)
     if last <= before:
         return 0
-    return append_new(spark, settings, d,
-                      corrections_in(spark, settings, d, before + 1, last, run_id=run_id,
-                                     cause=cause))
+    return append_new(writer, d, corrections_in(spark, settings, d, before + 1, last,
+                                                run_id=run_id, cause=cause))
 
 
-def repair(spark: SparkSession, settings: Settings, d: date, state) -> int:
+def repair(writer: Writer, d: date, state) -> int:
     """Log the corrections of a run that died after gold's commit and before the changelog's:
     the pipeline's gold commits of `d` since the last completed run started, other than that
     run's own (logged, since its state row is written after its changelog)."""
     if state is None:  # no completed run: nothing was published before, no correction either
         return 0
+    spark, settings = writer.spark, writer.settings
     commits = {v: t for v, t in pipeline_commits(settings, d, state.reconciled_version).items()
                if t[1] != state.run_id}
     if not commits:
         return 0
-    return append_new(spark, settings, d,
+    return append_new(writer, d,
                       corrections_in(spark, settings, d, min(commits), max(commits), commits))

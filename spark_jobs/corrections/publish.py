@@ -15,7 +15,8 @@ from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import CORRECTIONS, RECONCILED
 from lakehouse.tables.correction_result import CorrectionResult
 from spark_jobs.corrections.changelog import log_published
-from spark_jobs.tables import date_rows, merge_into, quoted, read_table
+from spark_jobs.tables import date_rows, quoted, read_table
+from spark_jobs.writer import Writer
 
 
 def _measures_equal(a: str, b: str, measures: tuple[str, ...]) -> F.Column:
@@ -26,8 +27,7 @@ def _measures_equal(a: str, b: str, measures: tuple[str, ...]) -> F.Column:
 
 
 def publish(
-    spark: SparkSession,
-    settings: Settings,
+    writer: Writer,
     d: date,
     recomputed: DataFrame,
     scope: DataFrame | None,
@@ -42,6 +42,7 @@ def publish(
     a change made outside the pipeline). `cause` forces one (a reprocess run). Windows close
     at `result.watermark` (the stream's, read when the run planned); `result.windows_recomputed`
     holds the count of `recomputed`."""
+    spark, settings = writer.spark, writer.settings
     shape = settings.shape
     keys, dims, measures = shape.window_id, shape.dimension_names, shape.measure_columns
     wm = F.lit(result.watermark) if result.watermark else F.lit(None).cast("timestamp")
@@ -89,8 +90,8 @@ def publish(
                                        *measures, "revision", "status", "updated_at")]
         before = delta_log.version(settings, RECONCILED.name)
         with result.timed("gold_merge"):
-            merge_into(
-                spark, settings.table_path(RECONCILED.name), src,
+            writer.merge(
+                RECONCILED, src,
                 date_pred + "".join(f" AND t.{quoted(k)} = s.{quoted(k)}" for k in keys),
                 "WHEN MATCHED AND s._action = 'remove' THEN DELETE "
                 "WHEN MATCHED THEN UPDATE SET " + ", ".join(f"t.{c} = s.{c}" for c in columns)
@@ -98,7 +99,7 @@ def publish(
                 + ", ".join(columns) + ") VALUES (" + ", ".join(f"s.{c}" for c in columns) + ")")
         if corrections_n:
             with result.timed("changelog"):
-                log_published(spark, settings, d, before, run_id, cause)
+                log_published(writer, d, before, run_id, cause)
         return result
     finally:
         if diff is not None:

@@ -13,8 +13,9 @@ from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import CORRECTIONS_STATE, RECONCILED
 from lakehouse.tables.commit_tags import PIPELINE_TAG
 from lakehouse.tables.generations import in_place_since
-from lakehouse.tables.state_rows import append_row, latest_row
-from spark_jobs.tables import read_changes, read_table
+from lakehouse.tables.state_rows import latest_row
+from spark_jobs.tables import read_changes
+from spark_jobs.writer import Writer
 
 
 def latest_state(settings: Settings, d: date):
@@ -30,18 +31,12 @@ def gold_bronze_version(settings: Settings, d: date) -> int | None:
     return state.bronze_version if state is not None else None
 
 
-def save_state(spark: SparkSession, settings: Settings, d: date, bronze_version: int,
-               reconciled_version: int, mode: str, run_id: str) -> None:
-    if append_row(settings, CORRECTIONS_STATE.name, {
-            "event_date": d, "bronze_version": bronze_version,
-            "reconciled_version": reconciled_version, "mode": mode, "run_id": run_id,
-            "updated_at": datetime.now(UTC)}):
-        return
-    row = spark.createDataFrame(
-        [(d, bronze_version, reconciled_version, mode, run_id, datetime.now(UTC))],
-        read_table(spark, settings, CORRECTIONS_STATE).schema,
-    )
-    row.write.format("delta").mode("append").save(settings.table_path(CORRECTIONS_STATE.name))
+def save_state(writer: Writer, d: date, bronze_version: int, reconciled_version: int, mode: str,
+               run_id: str) -> None:
+    writer.append_rows(CORRECTIONS_STATE, [{
+        "event_date": d, "bronze_version": bronze_version,
+        "reconciled_version": reconciled_version, "mode": mode, "run_id": run_id,
+        "updated_at": datetime.now(UTC)}])
 
 
 def foreign_gold_commits(spark: SparkSession, settings: Settings, d: date, since: int,

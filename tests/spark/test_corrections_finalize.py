@@ -11,7 +11,8 @@ from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import BRONZE, CORRECTIONS, RECONCILED
 from lakehouse.tables.commit_tags import StreamCommit
 from spark_jobs.corrections import run_corrections
-from spark_jobs.tables import ensure_tables, read_table
+from spark_jobs.tables import read_table
+from spark_jobs.writer import ensure_tables
 
 D = (datetime.now(UTC) - timedelta(days=1)).date()
 T = datetime(D.year, D.month, D.day, 10, tzinfo=UTC)

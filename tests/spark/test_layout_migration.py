@@ -10,7 +10,7 @@ from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import STREAMING
 from lakehouse.tables.reads import read
 from lakehouse.tables.stats import add_actions
-from spark_jobs.tables import migrate_layout
+from spark_jobs.writer import Writer, migrate_layout
 
 
 def test_an_older_streaming_aggregates_layout_is_rewritten_once(spark, tmp_path):
@@ -25,11 +25,11 @@ def test_an_older_streaming_aggregates_layout_is_rewritten_once(spark, tmp_path)
     before = sorted(read(settings, STREAMING.name).to_pylist(), key=lambda r: r["key"])
     assert delta_log.partition_columns(settings, STREAMING.name) == ("event_date",)
 
-    assert migrate_layout(spark, settings, STREAMING)
+    assert migrate_layout(Writer(spark, settings), STREAMING)
     assert delta_log.partition_columns(settings, STREAMING.name) == ("event_date", "status")
     after = sorted(read(settings, STREAMING.name).to_pylist(), key=lambda r: r["key"])
     assert after == before
-    assert not migrate_layout(spark, settings, STREAMING)  # once
+    assert not migrate_layout(Writer(spark, settings), STREAMING)  # once
     # Each status in its own partition: the stream's replaceWhere removes only open files.
     adds = add_actions(settings, STREAMING.name)
     assert set(adds["partition.status"].to_pylist()) == {"open", "final"}

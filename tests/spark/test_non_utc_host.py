@@ -13,8 +13,9 @@ from pyspark.sql import functions as F
 from lakehouse.config.settings import Settings
 from lakehouse.tables.catalog import BRONZE
 from spark_jobs.run_metadata import bronze_summary
-from spark_jobs.tables import ensure_tables, read_table
+from spark_jobs.tables import read_table
 from spark_jobs.transforms.recompute import recompute
+from spark_jobs.writer import ensure_tables
 
 FALL_BACK = datetime(2026, 11, 1, 6, 0, tzinfo=UTC)  # 02:00 EDT -> 01:00 EST
 

@@ -5,7 +5,8 @@ from lakehouse.config.settings import Settings
 from lakehouse.kafka.admin import PartitionOffsets, consumer_lag
 from lakehouse.tables.catalog import INGEST_QUERY, PROGRESS
 from spark_jobs.progress import progress_row, record_progress
-from spark_jobs.tables import ensure_tables, read_table
+from spark_jobs.tables import read_table
+from spark_jobs.writer import Writer, ensure_tables
 
 
 def report(batch: int, rows: int, query_id: str = "q-1") -> dict:
@@ -22,16 +23,16 @@ def test_progress_rows_are_recorded_once_per_batch(spark, tmp_path):
         assert len(got) == len({r.batch_id for r in got}), "a batch recorded twice"
         return {r.batch_id: r.input_rows for r in got}
 
-    assert record_progress(spark, settings, "bronze", [report(0, 5), report(1, 1), report(1, 7)],
+    assert record_progress(Writer(spark, settings), "bronze", [report(0, 5), report(1, 1), report(1, 7)],
                            [PartitionOffsets(0, 0, 10)]) == 2
     assert rows() == {0: 5, 1: 7}
-    record_progress(spark, settings, "bronze", [report(0, 5), report(1, 7)],
+    record_progress(Writer(spark, settings), "bronze", [report(0, 5), report(1, 7)],
                     [PartitionOffsets(0, 0, 10)])
     assert rows() == {0: 5, 1: 7}
-    record_progress(spark, settings, "bronze", [report(2, 3)], [PartitionOffsets(0, 0, 30)])
+    record_progress(Writer(spark, settings), "bronze", [report(2, 3)], [PartitionOffsets(0, 0, 30)])
     assert rows() == {0: 5, 1: 7, 2: 3}
     # A new checkpoint (a reprocess from scratch) is a new query id: its batch 0 is recorded.
-    record_progress(spark, settings, "bronze", [report(0, 9, query_id="q-2")],
+    record_progress(Writer(spark, settings), "bronze", [report(0, 9, query_id="q-2")],
                     [PartitionOffsets(0, 0, 40)])
     assert sorted(r.input_rows for r in read_table(spark, settings, PROGRESS)
                   .where("query = 'bronze' AND batch_id = 0").collect()) == [5, 9]

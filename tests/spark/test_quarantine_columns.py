@@ -9,7 +9,8 @@ from decimal import Decimal
 def test_an_old_quarantine_gains_the_redrive_columns_and_still_takes_appends(spark, tmp_path):
     from lakehouse.config.settings import Settings
     from lakehouse.tables.catalog import QUARANTINE
-    from spark_jobs.tables import add_missing_columns, ensure_tables, missing_columns, table_ref
+    from spark_jobs.tables import missing_columns, table_ref
+    from spark_jobs.writer import Writer, add_missing_columns, ensure_tables
 
     settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path / "lake")})
     old_ddl = QUARANTINE.ddl.split("redriven_at")[0].rstrip().rstrip(",")  # before 2026-11-27
@@ -24,10 +25,10 @@ def test_an_old_quarantine_gains_the_redrive_columns_and_still_takes_appends(spa
     assert [f.name for f in missing_columns(spark, settings, QUARANTINE)] == [
         "redriven_at", "redrive_run_id", "redriven_to"]
 
-    assert add_missing_columns(spark, settings, QUARANTINE) == [
+    assert add_missing_columns(Writer(spark, settings), QUARANTINE) == [
         "redriven_at", "redrive_run_id", "redriven_to"]
     assert missing_columns(spark, settings, QUARANTINE) == []
-    assert add_missing_columns(spark, settings, QUARANTINE) == []  # once
+    assert add_missing_columns(Writer(spark, settings), QUARANTINE) == []  # once
     # The stream's append: a frame of the old columns.
     spark.createDataFrame([(*row[:4], 6, *row[5:])], old_ddl).write.format("delta").mode(
         "append").save(path)
@@ -40,7 +41,7 @@ def test_an_old_quarantine_gains_the_redrive_columns_and_still_takes_appends(spa
 def test_the_proof_counts_no_redriven_record_where_there_are_no_tables(spark, tmp_path):
     from lakehouse.config.settings import Settings
     from spark_jobs.redrive import redriven_counts
-    from spark_jobs.tables import ensure_tables
+    from spark_jobs.writer import ensure_tables
 
     settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path / "lake")})
     d = date(2026, 11, 27)
@@ -56,7 +57,8 @@ def test_an_old_bronze_gains_the_exact_key_column_and_its_change_feed_reads_acro
     from lakehouse.config.settings import Settings
     from lakehouse.tables.catalog import BRONZE
     from lakehouse.tables.reads import read
-    from spark_jobs.tables import add_missing_columns, missing_columns, table_ref
+    from spark_jobs.tables import missing_columns, table_ref
+    from spark_jobs.writer import Writer, add_missing_columns
 
     settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path / "lake")})
     old_ddl = BRONZE.ddl.replace(", record_key_base64 STRING", "")
@@ -68,7 +70,7 @@ def test_an_old_bronze_gains_the_exact_key_column_and_its_change_feed_reads_acro
     row = ("e-1", "k", at, at, Decimal(1), None, "k", "events", 0, 7, at, date(2026, 11, 27),
            at, 3)
     spark.createDataFrame([row], old_ddl).write.format("delta").mode("append").save(path)
-    assert add_missing_columns(spark, settings, BRONZE) == ["record_key_base64"]
+    assert add_missing_columns(Writer(spark, settings), BRONZE) == ["record_key_base64"]
     assert missing_columns(spark, settings, BRONZE) == []
     new = ("e-2", "k", at, at, Decimal(2), None, None, "/w==", "events", 0, 8, at, date(2026, 11, 27),
            at, 4)

@@ -9,7 +9,8 @@ from decimal import Decimal
 from lakehouse.tables.catalog import CORRECTIONS, RECONCILED
 from lakehouse.tables.correction_result import CorrectionResult
 from spark_jobs.corrections.publish import publish
-from spark_jobs.tables import ensure_tables, read_table
+from spark_jobs.tables import read_table
+from spark_jobs.writer import Writer, ensure_tables
 
 D = date(2026, 11, 20)
 START = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
@@ -33,7 +34,7 @@ def test_revisions_go_on_across_a_removal_a_run_that_died_and_a_delete_outside(
     from lakehouse.tables import delta_log
     from spark_jobs.corrections import changelog
     from spark_jobs.corrections.state import latest_state, save_state
-    from spark_jobs.tables import tagged_commits
+    from spark_jobs.writer import tagged_commits
 
     settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
     ensure_tables(spark, settings)
@@ -49,8 +50,8 @@ def test_revisions_go_on_across_a_removal_a_run_that_died_and_a_delete_outside(
     def completed_run(count, run_id):
         v = delta_log.version(settings, RECONCILED.name)
         with tagged_commits(spark, f"incremental:{D.isoformat()}:{run_id}"):
-            publish(spark, settings, D, window(spark, count), scope, run_id, CorrectionResult(D))
-        save_state(spark, settings, D, 0, v, "incremental", run_id)
+            publish(Writer(spark, settings), D, window(spark, count), scope, run_id, CorrectionResult(D))
+        save_state(Writer(spark, settings), D, 0, v, "incremental", run_id)
 
     completed_run(1, "r1")
     assert gold() == [(0, 1)] and changelog_rows() == {}
@@ -62,15 +63,15 @@ def test_revisions_go_on_across_a_removal_a_run_that_died_and_a_delete_outside(
     monkeypatch.setattr(sys.modules["spark_jobs.corrections.publish"], "log_published",
                         lambda *a, **k: 0)
     with tagged_commits(spark, f"incremental:{D.isoformat()}:r3"):
-        publish(spark, settings, D, window(spark, 2), scope, "r3", CorrectionResult(D))
+        publish(Writer(spark, settings), D, window(spark, 2), scope, "r3", CorrectionResult(D))
     monkeypatch.undo()
     assert gold() == [(2, 2)]
     assert changelog_rows() == {1: (1, None, "r2")}  # never ahead of gold
 
     # The date's next run logs r3's correction from gold's change feed, once.
     state = latest_state(settings, D)
-    assert changelog.repair(spark, settings, D, state) == 1
-    assert changelog.repair(spark, settings, D, state) == 0
+    assert changelog.repair(Writer(spark, settings), D, state) == 1
+    assert changelog.repair(Writer(spark, settings), D, state) == 0
     assert changelog_rows() == {1: (1, None, "r2"), 2: (None, 2, "r3")}
     completed_run(3, "r4")  # and revisions go on from there
     assert gold() == [(3, 3)]

@@ -7,7 +7,7 @@ from lakehouse.config.settings import Settings
 from lakehouse.tables.catalog import CORRECTIONS_STATE, REPLAY_STATE
 from spark_jobs.corrections.state import latest_state
 from spark_jobs.replay import latest_replay, replayed_in_run
-from spark_jobs.tables import ensure_tables
+from spark_jobs.writer import ensure_tables
 
 D, OTHER = date(2026, 3, 29), date(2026, 3, 30)
 T0 = datetime(2026, 3, 30, 1, 0, tzinfo=UTC)

@@ -10,7 +10,8 @@ from pyspark.sql import functions as F
 from lakehouse.config.settings import Settings
 from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import BRONZE
-from spark_jobs.tables import STATS_COLUMNS, ensure_tables, limit_stats, table_ref
+from spark_jobs.tables import table_ref
+from spark_jobs.writer import STATS_COLUMNS, Writer, ensure_tables, limit_stats
 
 
 def append_row(spark, settings: Settings) -> None:
@@ -33,7 +34,7 @@ def test_a_new_bronze_keeps_statistics_of_its_skipping_columns_only(spark, tmp_p
     ensure_tables(spark, settings)
     append_row(spark, settings)
     assert stats_of_newest_file(settings) == set(BRONZE.stats_columns)
-    assert not limit_stats(spark, settings, BRONZE)  # nothing to change
+    assert not limit_stats(Writer(spark, settings), BRONZE)  # nothing to change
 
 
 def test_an_older_bronze_gets_them_once(spark, tmp_path):
@@ -42,8 +43,8 @@ def test_an_older_bronze_gets_them_once(spark, tmp_path):
               "USING delta PARTITIONED BY (event_date)")
     append_row(spark, settings)
     assert "event_id" in stats_of_newest_file(settings)  # Delta's default: every column
-    assert limit_stats(spark, settings, BRONZE)
-    assert not limit_stats(spark, settings, BRONZE)
+    assert limit_stats(Writer(spark, settings), BRONZE)
+    assert not limit_stats(Writer(spark, settings), BRONZE)
     config = delta_log.open_table(settings, BRONZE.name).metadata().configuration
     assert config[STATS_COLUMNS] == ",".join(BRONZE.stats_columns)
     append_row(spark, settings)

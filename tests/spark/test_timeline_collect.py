@@ -73,7 +73,8 @@ def lakehouse(spark, tmp_path_factory):
     """One tiny lakehouse for both Spark tests (creating tables is the slow part)."""
     from lakehouse.config.settings import Settings
     from lakehouse.tables.catalog import BRONZE, LATE, PROGRESS
-    from spark_jobs.tables import ensure_tables, read_table
+    from spark_jobs.tables import read_table
+    from spark_jobs.writer import ensure_tables
 
     settings = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path_factory.mktemp("timeline"))})
     ensure_tables(spark, settings)

@@ -72,7 +72,7 @@ def fake_service(monkeypatch):
     monkeypatch.setattr(service, "exposing", exposing)
     monkeypatch.setattr(service, "start_ingest", lambda *a, **k: query)
     monkeypatch.setattr(service, "record_progress",
-                        lambda spark, settings, q, reports, ends: recorded.append(
+                        lambda writer, q, reports, ends: recorded.append(
                             [r["batchId"] for r in reports]))
     monkeypatch.setattr(service, "_topic_ends", lambda settings: None)
     monkeypatch.setattr(service, "PROGRESS_EVERY_S", 0.0)  # record at every poll
@@ -146,8 +146,8 @@ def test_one_pipeline_losing_its_lock_stops_alone(fake_service, monkeypatch, cap
     monkeypatch.setattr(service, "start_ingest",
                         lambda spark, settings, *a, **k: queries[settings.pipeline])
     monkeypatch.setattr(service, "record_progress",
-                        lambda spark, settings, q, reports, ends: per_pipeline.append(
-                            settings.pipeline))
+                        lambda writer, q, reports, ends: per_pipeline.append(
+                            writer.settings.pipeline))
     orders = settings.model_copy(update={"pipeline": "orders"})
     stop, done = threading.Event(), []
     t = threading.Thread(target=lambda: done.append(service.serve([settings, orders], stop)))
