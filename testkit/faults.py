@@ -42,21 +42,22 @@ BRONZE_CRASH = "crashed before the bronze commit"
 
 @contextmanager
 def failing_bronze_append() -> Iterator[None]:
-    """Within the block, an ingest batch raises BRONZE_CRASH where it would append to bronze."""
-    from spark_jobs import stream
+    """Within the block, a writer raises BRONZE_CRASH where it would append to bronze (an ingest
+    batch: after its quarantine and late-lane appends)."""
+    from spark_jobs.writer import Writer
 
-    real = stream._append
+    real = Writer.append
 
-    def append(df, settings, table, metadata):
-        if table == "bronze_events":
+    def append(self, df, table, *args, **kwargs):
+        if getattr(table, "name", table) == "bronze_events":
             raise RuntimeError(BRONZE_CRASH)
-        real(df, settings, table, metadata)
+        real(self, df, table, *args, **kwargs)
 
-    stream._append = append
+    Writer.append = append
     try:
         yield
     finally:
-        stream._append = real
+        Writer.append = real
 
 
 REDRIVE_CRASH = "crashed before the redrive's quarantine mark"

@@ -14,6 +14,7 @@ from lakehouse.tables import delta_log
 from lakehouse.tables.commit_tags import StreamCommit, batch_of, batch_tag
 from lakehouse.tables.reads import read
 from spark_jobs import stream
+from spark_jobs.writer import Writer
 from testkit.generator import GeneratorConfig, generate, produce
 
 TABLES = ("bronze_events", "quarantined_events", "late_events", "streaming_aggregates")
@@ -180,7 +181,7 @@ def test_a_clean_batch_opens_each_tables_log_once_before_its_writes(instance_env
                                                keys=3, span=timedelta(minutes=3), **clean)).records)
     events: list[tuple[str, str]] = []
     real_open, real_read, real_append = (delta_log.open_table, batch_plan.BatchPlan.read,
-                                         stream._append)
+                                         Writer.append)
 
     def open_table(s, name, *args, **kwargs):
         events.append(("open", name))
@@ -190,13 +191,13 @@ def test_a_clean_batch_opens_each_tables_log_once_before_its_writes(instance_env
         events.append(("batch", str(batch_id)))
         return real_read(s, query, batch_id)
 
-    def append(df, s, table, meta):
-        events.append(("write", table))
-        return real_append(df, s, table, meta)
+    def append(self, df, table, *args, **kwargs):
+        events.append(("write", getattr(table, "name", table)))
+        return real_append(self, df, table, *args, **kwargs)
 
     monkeypatch.setattr(delta_log, "open_table", open_table)
     monkeypatch.setattr(batch_plan.BatchPlan, "read", staticmethod(plan_read))
-    monkeypatch.setattr(stream, "_append", append)
+    monkeypatch.setattr(Writer, "append", append)
     progress = stream.catch_up(spark, settings)["ingest"]
     assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [200]
     start = events.index(("batch", str(progress[-1]["batchId"])))
