@@ -27,14 +27,23 @@ from assets.ingest import ingest_assets
 from assets.observe.freshness import freshness_checks_for
 from assets.observe.scorecard import scorecard_asset
 from assets.observe.timeline import timeline_asset
-from assets.pipelines import Pipeline, spec_pipeline
+from assets.pipelines import Pipeline, spec_pipeline, spec_pipelines
 from assets.reconcile.checks import data_checks
 from assets.reconcile.daily import daily_assets
 from assets.reconcile.feed import feed_asset
-from lakehouse.specs.pipeline import PIPELINE_COMPONENT, PipelineSpec, component_spec, parse_spec, spec_json_schema
+from assets.resources import KafkaResource, LakehouseResource, LogPositionResource, SparkResource
+from lakehouse.specs.pipeline import (
+    PIPELINE_COMPONENT,
+    PipelineSpec,
+    component_spec,
+    declared_specs,
+    defs_dir,
+    parse_spec,
+    spec_json_schema,
+)
 from orchestration.jobs import pipeline_jobs
 from orchestration.schedules import pipeline_schedules
-from orchestration.sensors import pipeline_sensors
+from orchestration.sensors import dead_runs_sensor, pipeline_sensors
 
 
 def pipeline_definitions(p: Pipeline) -> dg.Definitions:
@@ -48,6 +57,28 @@ def pipeline_definitions(p: Pipeline) -> dg.Definitions:
         schedules=pipeline_schedules(p),
         sensors=pipeline_sensors(p),
     )
+
+
+def shared_definitions(lakehouse: LakehouseResource) -> dg.Definitions:
+    """What every pipeline of a code location shares: the resources (`lakehouse` resolves each
+    pipeline's settings, `settings_for`: the one the default pipeline's partitions, crons and
+    freshness checks were built from), one process per run (steps share its Spark session
+    instead of each starting a JVM), and the sensor of runs whose worker died."""
+    return dg.Definitions(
+        resources={
+            "lakehouse": lakehouse,
+            "kafka": KafkaResource(lakehouse=lakehouse),
+            "spark": SparkResource(lakehouse=lakehouse),
+            "log_position": LogPositionResource(),
+        },
+        executor=dg.in_process_executor,
+        sensors=[dead_runs_sensor],
+    )
+
+
+def definitions_of(pipelines: list[Pipeline], lakehouse: LakehouseResource) -> dg.Definitions:
+    """`pipelines`' definitions and what they share (`shared_definitions`)."""
+    return dg.Definitions.merge(*map(pipeline_definitions, pipelines), shared_definitions(lakehouse))
 
 
 def _schema(schema: dict[str, Any]) -> None:
@@ -121,3 +152,25 @@ class PipelineComponent(dg.Component):
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         return pipeline_definitions(spec_pipeline(self.spec))
+
+
+class DeploymentComponent(dg.Component):
+    """The deployment's own pipelines as one component instance
+    (`orchestration/defs/deployment/defs.yaml`, no attributes): the default pipeline (the tables
+    at LAKEHOUSE_ROOT, the contract's unprefixed names) and one per spec PIPELINES names, with
+    what every pipeline of the code location shares (`shared_definitions`). The defs folder's
+    pipeline components are instances of their own. Built from the environment of the load
+    (a fresh load, as `dagster dev`'s reload, reads it anew)."""
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        return self.definitions()
+
+    @staticmethod
+    def definitions() -> dg.Definitions:
+        """The instance's definitions (a code location whose defs folder is LAKEHOUSE_DEFS_DIR
+        merges them beside that folder's tree)."""
+        lakehouse = LakehouseResource()
+        components = {s.name for s in declared_specs(defs_dir()).values()}
+        pipelines = [Pipeline.of(lakehouse.settings),
+                     *(p for p in spec_pipelines() if p.name not in components)]
+        return definitions_of(pipelines, lakehouse)

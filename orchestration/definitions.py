@@ -1,11 +1,12 @@
 """The Dagster code location: `dagster ... -m orchestration.definitions`.
 
-Its pipelines: the default one (the tables at LAKEHOUSE_ROOT, the contract's unprefixed names),
-one per spec named by PIPELINES (comma-separated YAML paths), and one per pipeline component in
-the defs folder (`orchestration/defs/<name>/defs.yaml`, or LAKEHOUSE_DEFS_DIR; loaded by
-Dagster's component tree, `orchestration.components`), read and validated side by side here when
-the code location loads: a bad spec fails the load with its file and field named, one pipeline
-name declared twice fails it too.
+Every definition is a component instance's (Dagster's component tree, `orchestration.components`):
+the deployment component (`orchestration/defs/deployment/defs.yaml`: the default pipeline, the
+tables at LAKEHOUSE_ROOT under the contract's unprefixed names, and one per spec named by
+PIPELINES, comma-separated YAML paths) and one pipeline component per folder of the defs folder
+(`orchestration/defs/<name>/defs.yaml`, or LAKEHOUSE_DEFS_DIR), read and validated side by side
+when the code location loads: a bad spec fails the load with its file and field named, one
+pipeline name declared twice fails it too.
 """
 
 
@@ -28,13 +29,12 @@ import warnings  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from dagster import BetaWarning, ComponentTree, Definitions, PreviewWarning, in_process_executor  # noqa: E402
+from dagster import BetaWarning, ComponentTree, Definitions, PreviewWarning  # noqa: E402
 
-from assets.pipelines import DEFAULT, Pipeline, spec_pipelines  # noqa: E402
-from assets.resources import DEFAULT_LAKEHOUSE, KafkaResource, LakehouseResource, LogPositionResource, SparkResource  # noqa: E402
+from assets.pipelines import Pipeline, spec_pipelines  # noqa: E402
+from assets.resources import DEFAULT_LAKEHOUSE, LakehouseResource  # noqa: E402
 from lakehouse.specs.pipeline import DEFS_DIR, SpecError, declared_specs, defs_dir  # noqa: E402
-from orchestration.components import PipelineComponent, pipeline_definitions  # noqa: E402
-from orchestration.sensors import dead_runs_sensor  # noqa: E402
+from orchestration.components import DeploymentComponent, PipelineComponent, definitions_of  # noqa: E402
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,28 +67,28 @@ def component_definitions(folder: Path) -> tuple[Definitions, list[str]]:
 def definitions_for(pipelines: Sequence[Pipeline],
                     lakehouse: LakehouseResource = DEFAULT_LAKEHOUSE,
                     defs_folder: Path | None = None) -> Definitions:
-    """The code location of `pipelines`: their definitions and the resources they share. By
-    default the `lakehouse` resource is the one the default's partitions, crons and freshness
-    checks were built from; it resolves every pipeline's settings (`settings_for`). With
-    `defs_folder`, its pipeline components are built by Dagster's component tree (the others by
-    the same factories, `pipeline_definitions`)."""
+    """A code location of exactly `pipelines` (a test's, a drill's, beside the deployment's):
+    their definitions and the resources they share, `lakehouse` resolving every pipeline's
+    settings. With `defs_folder`, its pipeline components are built by Dagster's component
+    tree (the others by the same factories, `definitions_of`)."""
     components, declared = (component_definitions(defs_folder) if defs_folder is not None
                             else (Definitions(), []))
-    return Definitions.merge(*(pipeline_definitions(p) for p in pipelines
-                               if p.name not in declared), components, Definitions(
-        resources={
-            "lakehouse": lakehouse,
-            "kafka": KafkaResource(lakehouse=lakehouse),
-            "spark": SparkResource(lakehouse=lakehouse),
-            "log_position": LogPositionResource(),
-        },
-        # Spark runs in one process per run: steps share the session instead of each starting
-        # a JVM.
-        executor=in_process_executor,
-        sensors=[dead_runs_sensor],
-    ))
+    return Definitions.merge(definitions_of([p for p in pipelines if p.name not in declared],
+                                            lakehouse), components)
 
 
-# Every pipeline of the code location: the default, PIPELINES', the defs folder's components.
-PIPELINES = [DEFAULT, *spec_pipelines()]
-defs = definitions_for(PIPELINES, defs_folder=defs_dir())
+def code_location(folder: Path | None = None) -> Definitions:
+    """The code location, all of it component instances: orchestration/defs' (the deployment
+    component, `orchestration/defs/deployment`: the default pipeline, PIPELINES' specs and the
+    resources they share; and a pipeline component per folder a user adds). With another defs
+    folder (`folder`, LAKEHOUSE_DEFS_DIR), that folder's pipeline components and the deployment
+    component's definitions. Built from the environment of the load."""
+    folder = folder or defs_dir()
+    spec_pipelines()  # every spec read and checked first: a bad one fails with its own message
+    built, _ = component_definitions(folder)
+    if folder.resolve() != DEFS_DIR:  # a tree of its own: the deployment's beside it
+        built = Definitions.merge(built, DeploymentComponent.definitions())
+    return built
+
+
+defs = code_location()

@@ -62,7 +62,8 @@ def causes(exc: BaseException) -> str:
 
 
 def test_the_project_ships_no_pipeline_component():
-    assert not list(DEFS_DIR.rglob("defs.yaml"))
+    """Its one component instance is the deployment's (the default pipeline and PIPELINES')."""
+    assert list(DEFS_DIR.rglob("defs.yaml")) == [DEFS_DIR / "deployment" / "defs.yaml"]
     assert pipeline_specs({}) == []
 
 
@@ -157,7 +158,9 @@ def test_dg_checks_and_lists_the_project_with_a_scaffolded_pipeline(tmp_path):
     (`scaffold_object`, in-process here; the command itself: the e2e test) writes a valid spec;
     edited, it is a pipeline whose assets `dg list defs` lists under its prefix beside the
     default pipeline's (LAKEHOUSE_DEFS_DIR points at its folder); `dg check yaml` and `dg check
-    defs` pass on the project. The three commands run side by side."""
+    defs` pass on the project; the default pipeline and a PIPELINES spec are the deployment
+    component instance's (`dg list defs --path`, `dg list component-tree`). The commands run
+    side by side."""
     from dagster.components.component_scaffolding import scaffold_object
 
     folder = tmp_path / "defs"
@@ -175,7 +178,12 @@ def test_dg_checks_and_lists_the_project_with_a_scaffolded_pipeline(tmp_path):
     commands = {"yaml": (["check", "yaml"], dg_env(tmp_path / "home-yaml")),
                 "defs": (["check", "defs"], dg_env(tmp_path / "home-defs")),
                 "list": (["list", "defs", "--json"],
-                         dg_env(tmp_path / "home-list", LAKEHOUSE_DEFS_DIR=str(folder)))}
+                         dg_env(tmp_path / "home-list", LAKEHOUSE_DEFS_DIR=str(folder))),
+                # The default pipeline and a PIPELINES spec: the deployment component's.
+                "deployment": (["list", "defs", "--json", "--path", "orchestration/defs/deployment"],
+                               dg_env(tmp_path / "home-deployment",
+                                      PIPELINES=str(EXAMPLES / "orders.yaml"))),
+                "tree": (["list", "component-tree"], dg_env(tmp_path / "home-tree"))}
     running = {k: subprocess.Popen([DG, *cmd], env=e, cwd=REPO, text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                for k, (cmd, e) in commands.items()}
@@ -189,6 +197,10 @@ def test_dg_checks_and_lists_the_project_with_a_scaffolded_pipeline(tmp_path):
             "reconciled_aggregates", "replay_aggregates"} <= assets
     assert {f"parcel/{a}" for a in ("raw_events", "bronze_events", "reconciled_aggregates",
                                     "replay_aggregates")} <= assets
+    deployed = {a["asset_key"] for a in yaml.safe_load(outs["deployment"][0])["assets"]}
+    assert {"raw_events", "reconciled_aggregates", "orders/raw_events",
+            "orders/reconciled_aggregates"} <= deployed
+    assert "deployment" in outs["tree"][0] and "DeploymentComponent" in outs["tree"][0]
 
 
 def test_the_scaffold_is_a_valid_minimal_spec():
