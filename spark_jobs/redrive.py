@@ -30,13 +30,17 @@ redrive of a date finds nothing unmarked that passes: it commits nothing.
 The proof stays true: the replay recounts the date from the log with the same spec and registry
 (its records at the same offsets, its broker times, the same dedup and horizon rules), and
 corrections recompute the date's windows from bronze, which now holds the redriven records.
-Runs under the quarantine date's writer lock (`date_lock`).
+Runs under the quarantine date's writer lock (`date_lock`). On an object store it also holds the
+stream's (`checkpoint_lock`): it appends to the stream's tables, and Delta's log store there takes
+one writing driver. While the service or a catch-up holds that lock, the redrive is refused at
+once, naming the holder (run it when the stream is stopped, or between its catch-ups).
 """
 
 from __future__ import annotations
 
 import sys
 from collections import Counter
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
@@ -44,12 +48,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.config.settings import Settings
+from lakehouse.config.storage import local_path
 from lakehouse.events.schema_registry import with_registry_schemas
 from lakehouse.tables import delta_log
 from lakehouse.tables.catalog import BRONZE, LATE, QUARANTINE, REDRIVEN_TO
 from lakehouse.tables.commit_tags import newest_stream_commit, redrive_tag
 from lakehouse.tables.generations import require_applied
-from lakehouse.tables.locks import CheckpointBusy, checkpoint_lock, date_lock
+from lakehouse.tables.locks import CheckpointBusy, Fence, Fences, checkpoint_lock, date_lock
 from lakehouse.tables.stats import all_null
 from spark_jobs.tables import missing_columns, read_table, retry_on_conflict, sql_string
 from spark_jobs.transforms.ingest import late_projection
@@ -102,28 +107,52 @@ def run_redrive(spark: SparkSession, settings: Settings, d: date, run_id: str,
                 reasons: list[str] | None = None) -> RedriveResult:
     """Redrive the records quarantined on `d` (their broker date: the quarantine's partition),
     of `reasons` (None or empty: every reason). Idempotent; see the module's docstring."""
-    require_applied(settings)
-    settings = with_registry_schemas(settings)  # an Avro spec's registry: its schemas now
-    result = RedriveResult(d, sorted(reasons) if reasons else None, run_id)
-    ensure_tables(spark, settings)
-    result.columns_added = _redrive_columns(spark, settings)
-    with date_lock(settings, d) as fence:
+    with ExitStack() as held:
+        fences = Fences()
+        stream = None
+        if local_path(str(settings.root)) is None:  # one writing driver per table there
+            stream = held.enter_context(_stream_lock(settings))
+            fences.add(stream)
+        require_applied(settings)
+        settings = with_registry_schemas(settings)  # an Avro spec's registry: its schemas now
+        result = RedriveResult(d, sorted(reasons) if reasons else None, run_id)
+        ensure_tables(spark, settings)
+        result.columns_added = _redrive_columns(spark, settings, stream)
+        fences.add(held.enter_context(date_lock(settings, d)))
+        writer = Writer(spark, settings, fences)
         # A concurrent commit (the stream appending to today's quarantine partition while the
         # MERGE marks it): the redrive is idempotent, so it runs again.
         return retry_on_conflict(
-            lambda: _redrive(Writer(spark, settings, fence), d, run_id, result),
+            lambda: _redrive(writer, d, run_id, result),
             lambda exc: print(f"redrive {d}: a concurrent commit ({type(exc).__name__}); again",
                               file=sys.stderr, flush=True))
 
 
-def _redrive_columns(spark: SparkSession, settings: Settings) -> list[str]:
+@contextmanager
+def _stream_lock(settings: Settings):
+    """The stream's lock, for a redrive on an object store: refused at once while held."""
+    try:
+        with checkpoint_lock(settings, role="a quarantine redrive") as fence:
+            yield fence
+    except CheckpointBusy as exc:
+        raise CheckpointBusy(
+            f"redrive refused: on an object store it appends to the stream's tables, which take "
+            f"one writing driver, and the stream holds their lock ({exc}). Run it while the "
+            "stream is stopped (or between its catch-ups); nothing was written") from exc
+
+
+def _redrive_columns(spark: SparkSession, settings: Settings, stream: Fence | None) -> list[str]:
     """Tables the redrive appends to, created by an older release, gain this release's columns
     (the quarantine's redrive columns, bronze's `record_key_base64`) under the stream's lock
-    (the stream appends to them; a metadata change beside a batch's append would fail that
-    batch). The stream's own start adds them too."""
+    (`stream`: held by the redrive already, on an object store; the stream appends to them, and
+    a metadata change beside a batch's append would fail that batch). The stream's own start
+    adds them too."""
     tables = [t for t in (QUARANTINE, BRONZE) if missing_columns(spark, settings, t)]
     if not tables:
         return []
+    if stream is not None:
+        writer = Writer(spark, settings, stream)
+        return [c for t in tables for c in add_missing_columns(writer, t)]
     names = " and ".join(t.name for t in tables)
     try:
         with checkpoint_lock(settings, role="a quarantine redrive") as fence:

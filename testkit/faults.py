@@ -11,7 +11,7 @@
   `corrections_state` is not).
 - `python -m testkit.faults corrections <date> <run_id>`: one corrections run of a date in
   a process of its own (the process the drills kill).
-- `failing_bronze_append`: in-process, an ingest batch fails where it would append to bronze
+- `failing_bronze_append`: in-process, a writer (an ingest batch, a redrive) fails where it would append to bronze
   (its quarantine and late-lane commits made): a crash between its commits, for a re-run.
 - `failing_redrive_mark`: in-process, a quarantine redrive fails after its late-lane and bronze
   appends, before it marks the quarantine.

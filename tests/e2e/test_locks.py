@@ -136,6 +136,24 @@ def test_a_holder_whose_session_is_gone_stops_before_its_next_commit(pg_lock_url
             other.check()
 
 
+def test_a_redrive_on_an_object_store_is_refused_while_the_stream_holds_its_lock(pg_lock_url):
+    """The redrive appends to the stream's tables; on an object store those take one writing
+    driver, so while the stream holds its lock the redrive stops before anything else (no Spark
+    touched, no table read), naming why and what to do."""
+    from spark_jobs.redrive import run_redrive
+
+    settings = store(pg_lock_url)
+    holder = holder_process(settings)
+    try:
+        with pytest.raises(CheckpointBusy, match=r"redrive refused: on an object store .* "
+                                                 r"Run it while the stream is stopped"):
+            run_redrive(None, settings, date(2026, 11, 30), "run-1")
+    finally:
+        holder.kill()
+        holder.wait()
+    take_when_freed(settings)
+
+
 def test_the_connect_session_of_a_killed_holder_is_stopped_by_the_next_one(pg_lock_url,
                                                                            monkeypatch):
     """An object-store lock's holder over Spark Connect records its session with the lock

@@ -105,6 +105,7 @@ def test_a_crash_between_the_late_lane_and_bronze_lands_each_record_once(
     from spark_jobs import redrive
     from spark_jobs.stream import run_available_now
     from testkit.avro_events import register_schema
+    from testkit.faults import BRONZE_CRASH, failing_bronze_append
     from testkit.generator import GeneratorConfig, produce
     from testkit.reference import VALID_KINDS
     from testkit.spec_events import generate_for_spec
@@ -141,17 +142,9 @@ def test_a_crash_between_the_late_lane_and_bronze_lands_each_record_once(
     days = sorted({q["quarantine_date"] for q in read(settings, "quarantined_events").to_pylist()})
     assert register_schema(schema_registry, subject, v2) == second
 
-    real = redrive._append
-
-    def no_bronze(df, s, table, metadata):
-        if table == "bronze_events":
-            raise RuntimeError("crashed before the redrive's bronze append")
-        real(df, s, table, metadata)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(redrive, "_append", no_bronze)
+    with failing_bronze_append():  # the writer raises where it would append to bronze
         for day in days:
-            with pytest.raises(RuntimeError, match="bronze append"):
+            with pytest.raises(RuntimeError, match=BRONZE_CRASH):
                 redrive.run_redrive(spark, settings, day, run_id="crashed")
     late = read(settings, "late_events").num_rows
     assert late == len(valid_v2)
