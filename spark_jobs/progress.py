@@ -60,7 +60,7 @@ def record_progress(
     append: txnAppId = the query's id (the checkpoint's), txnVersion = the newest batch id, so
     recording the same reports again writes nothing. Callers report each batch once (a catch-up
     its own batches, the service what it has not recorded yet). On a local root delta-rs
-    commits it (`state_rows.append_rows`: milliseconds, where Spark's append took 4.2 s of a
+    commits it (`Writer.append_rows`: milliseconds, where Spark's append took 4.2 s of a
     cold catch-up); on an object store, Spark."""
     settings = writer.settings
     reports = {r["batchId"]: r for r in map(as_dict, progresses)}
