@@ -59,6 +59,8 @@ def assert_reads_like_a_tool(done, home: Path, env: dict) -> None:
     assert len(lines) <= 40, done.stdout
     assert "DEBUG" not in done.stdout + done.stderr
     assert " WARN " not in done.stdout + done.stderr  # Spark's log4j output went to the log
+    assert "\x1b[" not in done.stdout + done.stderr  # no terminal colours or cursor moves
+    assert "SetuptoolsDeprecationWarning" not in done.stdout + done.stderr
     assert "summary" in lines
     assert any(re.search(r"reconciled == replay: yes \(GX check passed\)", line) for line in lines)
     assert any(line.startswith("  timeline report") and "FAILED" not in line for line in lines)
