@@ -55,10 +55,11 @@ from pathlib import Path
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from bench import handwritten, write_result  # noqa: E402
-from bench.service_run import Feed, free_port  # noqa: E402
+from bench.service_run import Feed  # noqa: E402
 from lakehouse.config.settings import Settings  # noqa: E402
 from lakehouse.kafka.admin import consumer_lag, ensure_topic, topic_offsets  # noqa: E402
 from lakehouse.kafka.topic_status import processed_offsets  # noqa: E402
+from testkit.ports import free_port  # noqa: E402
 
 SYSTEMS = ("service", "naive", "tuned", "medallion")
 # Any of these set: the service alone (bench/service_run.py and its options).

@@ -31,7 +31,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from lakehouse.events.shape import EventShape
 from lakehouse.kafka.admin import ensure_topic
 from lakehouse.tables.delta_log import open_table
 from lakehouse.tables.reads import read
+from testkit.ports import free_port
 
 KEYS = 1000
 
@@ -167,12 +167,6 @@ def rss_mb(pid: int) -> float:
         except (OSError, ValueError, IndexError):
             continue
     return (own(pid) + sum(own(c) for c in children)) / 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def percentile(values: list[float], q: float) -> float | None:

@@ -13,34 +13,25 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from testkit.webserver import graph_url
+from testkit.ports import free_port
+from testkit.webserver import graph_url, webserver
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGES = REPO / "docs/images"
 INSTALL = "apt-get update && apt-get install -y chromium"
-STARTUP_TIMEOUT = 120
 # At 1600 px wide the graph is zoomed out to name-only boxes; 1920 px shows the node details.
 GRAPH_WINDOW = "1920,1080"
 REPORT_WINDOW = "1600,1000"
 # Prometheus' own graph page of the latency SLI (its recording rule), over the last half hour.
 LATENCY_SLI = "pipeline:lakehouse_end_to_end_latency_seconds:p95_5m"
 PROMETHEUS_RANGE = "30m"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def dagster_home() -> Path:
@@ -63,43 +54,6 @@ def lakehouse_root() -> Path:
     from lakehouse.config.settings import Settings
 
     return Path(Settings.from_env().lakehouse_root).resolve()
-
-
-def start_webserver(env: dict, log: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(REPO / ".venv/bin/dagster-webserver"), "-h", "127.0.0.1", "-p", str(port),
-             "-w", "workspace.yaml"],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(f"{url}/server_info", timeout=5):
-                return proc, url
-        except OSError:
-            time.sleep(0.5)
-    stop(proc)
-    raise SystemExit(f"dagster-webserver did not answer within {STARTUP_TIMEOUT}s:\n"
-                     f"{log.read_text()[-3000:]}")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """Stop the webserver's process group: it spawns a gRPC server for the code location."""
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=wait)
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            continue
-        break
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # whatever outlived the leader
-    except ProcessLookupError:
-        pass
 
 
 def screenshot(chromium: str, url: str, out: Path, window: str) -> None:
@@ -126,11 +80,8 @@ def main() -> int:
     env = {**os.environ, "DAGSTER_HOME": str(home), "DAGSTER_DISABLE_TELEMETRY": "true",
            "GX_ANALYTICS_ENABLED": "false"}
     with tempfile.TemporaryDirectory(prefix="screenshots-") as tmp:
-        proc, url = start_webserver(env, Path(tmp) / "webserver.log")
-        try:
+        with webserver(env, free_port(), Path(tmp) / "webserver.log") as url:
             screenshot(chromium, graph_url(url), IMAGES / "asset-graph.png", GRAPH_WINDOW)
-        finally:
-            stop(proc)
 
     report = lakehouse_root() / "reports/timeline.html"
     if report.exists():

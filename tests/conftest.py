@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
-import socket
 import sys
 import uuid
 from collections.abc import Iterator
@@ -17,6 +15,7 @@ import pytest
 
 from testkit.faults import DRIVER_JAVA_OPTIONS
 from testkit.infra import broker_module
+from testkit.ports import free_port  # the tests import it from here
 from testkit.runs import run_job  # noqa: F401 - the tests import it from here
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,34 +108,6 @@ def _unit_tier_guard(request, monkeypatch):
                         refuse("opens a Kafka admin client"))
     monkeypatch.setattr("confluent_kafka.Producer", refuse("opens a Kafka producer"))
     monkeypatch.setattr("confluent_kafka.Consumer", refuse("opens a Kafka consumer"))
-
-
-_GIVEN: set[int] = set()
-
-
-def free_port(span: int = 1) -> int:
-    """A loopback port free to listen on, with the `span - 1` ports after it (a broker's
-    controller listens on its port + 1). Chosen below the kernel's ephemeral range: a port in
-    it can be taken by any outgoing connection's local end between this check and the server's
-    bind (a test broker once failed on exactly that)."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]) \
-        if Path("/proc/sys/net/ipv4/ip_local_port_range").exists() else 32768
-    for _ in range(1000):
-        port = random.randrange(max(1024, low - 12000), low - span)
-        ports = range(port, port + span)
-        if not _GIVEN.intersection(ports) and all(_bindable(p) for p in ports):
-            _GIVEN.update(ports)  # never handed out twice in this process
-            return port
-    raise RuntimeError(f"no {span} free consecutive ports below {low}")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @pytest.fixture(scope="session")

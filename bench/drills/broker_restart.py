@@ -32,10 +32,10 @@ from bench.drills.common import (
     Feeder,
     broker_module,
     check_landing,
+    free_port,
     instance,
     landed_rows,
     prove,
-    restartable_port,
     say,
     service_env,
     table_or_empty,
@@ -137,7 +137,7 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
 
     folder = ctx.workdir / NAME
     folder.mkdir(parents=True, exist_ok=True)
-    broker = broker_module().Broker(folder / "broker", restartable_port(), restartable_port())
+    broker = broker_module().Broker(folder / "broker", free_port(), free_port())
     say(NAME, f"own broker: {broker.up()}")
     rate = ctx.n(RATE, 500)
     exits: list[dict] = []

@@ -5,8 +5,6 @@ printing), independent pipeline instances, producing with acknowledgements, and 
 from __future__ import annotations
 
 import os
-import random
-import socket
 import time
 import uuid
 from collections import Counter
@@ -17,6 +15,7 @@ from pathlib import Path
 
 from testkit import runs
 from testkit.infra import broker_module  # noqa: F401 - the drills import it from here
+from testkit.ports import free_port  # noqa: F401 - the drills import it from here
 from testkit.reference import expected_windows, table_windows
 from testkit.runs import step_failures
 
@@ -78,33 +77,6 @@ class Context:
 
 def say(drill: str, message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {drill}: {message}", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def restartable_port() -> int:
-    """A free port below the kernel's ephemeral range, for a server a drill stops and starts
-    again on the same port: while it is down, any bind to port 0 or outgoing connection on
-    this machine may take an ephemeral one (the broker drill once found its port taken when it
-    restarted the broker, 2026-11-29)."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    rnd = random.Random()
-    for _ in range(500):
-        port = rnd.randrange(20000, max(20001, low))
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in 20000-{low}")
 
 
 @contextmanager
