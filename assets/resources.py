@@ -2,9 +2,10 @@
 
 `DEFAULT_LAKEHOUSE` is the one place definitions read settings from: the partitions, schedule
 crons and freshness thresholds are built from its settings when the code location loads, and
-`orchestration.definitions` binds the same object as the `lakehouse` resource that assets,
-schedules and sensors receive. Its fields can be overridden per run (launchpad, run config);
-such overrides change where a run reads and writes, never the definitions themselves.
+the deployment component (`orchestration.components`) binds the same object as the `lakehouse`
+resource that assets, schedules and sensors receive. Its fields can be overridden per run
+(launchpad, run config); such overrides change where a run reads and writes, never the
+definitions themselves.
 
 One code location runs several pipelines: the default one (the tables at LAKEHOUSE_ROOT,
 unprefixed asset keys) and one per spec named by PIPELINES (`pipeline_specs`). The one

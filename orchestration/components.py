@@ -27,11 +27,11 @@ from assets.ingest import ingest_assets
 from assets.observe.freshness import freshness_checks_for
 from assets.observe.scorecard import scorecard_asset
 from assets.observe.timeline import timeline_asset
-from assets.pipelines import Pipeline, spec_pipeline, spec_pipelines
+from assets.pipelines import DEFAULT, Pipeline, spec_pipeline, spec_pipelines
 from assets.reconcile.checks import data_checks
 from assets.reconcile.daily import daily_assets
 from assets.reconcile.feed import feed_asset
-from assets.resources import KafkaResource, LakehouseResource, LogPositionResource, SparkResource
+from assets.resources import DEFAULT_LAKEHOUSE, KafkaResource, LakehouseResource, LogPositionResource, SparkResource
 from lakehouse.specs.pipeline import (
     PIPELINE_COMPONENT,
     PipelineSpec,
@@ -159,8 +159,8 @@ class DeploymentComponent(dg.Component):
     (`orchestration/defs/deployment/defs.yaml`, no attributes): the default pipeline (the tables
     at LAKEHOUSE_ROOT, the contract's unprefixed names) and one per spec PIPELINES names, with
     what every pipeline of the code location shares (`shared_definitions`). The defs folder's
-    pipeline components are instances of their own. Built from the environment of the load
-    (a fresh load, as `dagster dev`'s reload, reads it anew)."""
+    pipeline components are instances of their own. The default's settings are
+    `DEFAULT_LAKEHOUSE`'s (the `lakehouse` resource), the PIPELINES specs read at the load."""
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         return self.definitions()
@@ -169,8 +169,6 @@ class DeploymentComponent(dg.Component):
     def definitions() -> dg.Definitions:
         """The instance's definitions (a code location whose defs folder is LAKEHOUSE_DEFS_DIR
         merges them beside that folder's tree)."""
-        lakehouse = LakehouseResource()
         components = {s.name for s in declared_specs(defs_dir()).values()}
-        pipelines = [Pipeline.of(lakehouse.settings),
-                     *(p for p in spec_pipelines() if p.name not in components)]
-        return definitions_of(pipelines, lakehouse)
+        return definitions_of([DEFAULT, *(p for p in spec_pipelines() if p.name not in components)],
+                              DEFAULT_LAKEHOUSE)
