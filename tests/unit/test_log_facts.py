@@ -228,3 +228,33 @@ def test_replacing_the_open_partitions_lands_every_row_in_one_tagged_commit(tmp_
     assert not plain_table(settings, delta_log.open_table(settings, "cdf"))
     assert not plain_table(settings, None)
     assert not plain_table(Settings(lakehouse_root="s3a://bucket/lh"), opened)
+
+
+def test_a_writer_whose_lock_is_lost_commits_nothing(tmp_path):
+    """The one writer checks its lock's fence last before the commit: with the lock lost, its
+    delta-rs commits (a replay's date, a state row) raise WriterLockLost and the table keeps its
+    version; with the lock held they commit."""
+    import types
+
+    import pytest
+
+    from lakehouse.tables.locks import Fence, WriterLockLost
+    from spark_jobs.writer import Writer
+
+    class Lost(Fence):
+        def check(self) -> None:
+            raise WriterLockLost("t: the writer lock is no longer held; not committing")
+
+    settings = Settings(lakehouse_root=str(tmp_path))
+    path = str(tmp_path / "t")
+    append(path, rows(D1, T0))
+    before = DeltaTable(path).version()
+    table = types.SimpleNamespace(name="t")
+    stale = Writer(None, settings, Lost())
+    with pytest.raises(WriterLockLost, match="not committing"):
+        stale.replace_date(table, D1, None)
+    with pytest.raises(WriterLockLost, match="not committing"):
+        stale.append_rows(table, [{"x": 1, "kafka_timestamp": T0, "event_date": D1}])
+    assert DeltaTable(path).version() == before
+    Writer(None, settings).replace_date(table, D1, None)  # a held lock (a file lock's fence)
+    assert DeltaTable(path).version() == before + 1
