@@ -143,7 +143,7 @@ class Pool:
     literals: list[str] = field(default_factory=list)
     calls: set[str] = field(default_factory=set)  # names called (functions and methods)
     makes: set[str] = field(default_factory=set)  # targets run by `make` (no dry run)
-    shell: bool = False  # runs a command line: `bash -c` or `shell=True`
+    lines: list[str] = field(default_factory=list)  # run through `bash -c` or `shell=True`
     scripts: set[tuple[str, str]] = field(default_factory=set)  # (script, argument) run
     loaded: set[str] = field(default_factory=set)  # scripts loaded by infra_module
 
@@ -224,8 +224,7 @@ def fixture_names(node: ast.AST) -> set[str]:
 
 
 @cache
-def pool_of(test_file: str) -> Pool:
-    path = REPO / test_file
+def pool_of(path: Path) -> Pool:
     tree = parsed(path)
     nodes: list[tuple[ast.Module, ast.AST]] = [(tree, tree)]
     for node in ast.walk(tree):
@@ -242,14 +241,37 @@ def pool_of(test_file: str) -> Pool:
     nodes += [(conftest, d) for d in used(conftest, asked)]
 
     out = Pool()
-    bound: dict[str, list[str]] = {}  # a name's assigned expressions, as source
+    bound: dict[str, list[ast.expr]] = {}  # a name's assigned expressions
+    enclosing: dict[int, ast.FunctionDef] = {}  # a node's innermost function
     for _, root in nodes:
         for node in ast.walk(root):
             if isinstance(node, ast.Assign):
                 for target in node.targets:
                     if isinstance(target, ast.Name):
-                        bound.setdefault(target.id, []).append(ast.unparse(node.value))
-    helpers: dict[str, tuple[bool, set[str]]] = {}  # run `make` or scripts with their arguments
+                        bound.setdefault(target.id, []).append(node.value)
+            elif isinstance(node, ast.FunctionDef):
+                enclosing.update({id(n): node for n in ast.walk(node)})
+
+    held: dict[str, list[str]] = {}  # the strings a name holds, once worked out
+
+    def strings(expr: ast.AST) -> list[str]:
+        """The strings an expression holds, also through the names it uses."""
+        out = [n.value for n in ast.walk(expr)
+               if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        for name in {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}:
+            if name not in held:
+                held[name] = []  # a name used in its own value holds nothing more
+                held[name] = [s for v in bound.get(name, []) for s in strings(v)]
+            out += held[name]
+        return out
+
+    def parameters(node: ast.AST) -> set[str]:
+        f = enclosing.get(id(node))
+        return {a.arg for a in f.args.args} | ({f.args.vararg.arg} if f and f.args.vararg
+                                                else set()) if f else set()
+
+    # Functions that run make, scripts or a command line with their own arguments.
+    helpers: dict[str, tuple[bool, set[str], bool]] = {}
     for module, root in nodes:
         skip = docstrings(module)
         for node in ast.walk(root):
@@ -257,40 +279,42 @@ def pool_of(test_file: str) -> Pool:
                     and id(node) not in skip:
                 out.literals.append(node.value)
             elif isinstance(node, ast.Call):
-                out.shell |= any(k.arg == "shell" and getattr(k.value, "value", False)
-                                 for k in node.keywords)
                 func = node.func
                 name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
                 out.calls.add(name)
                 if name == "infra_module" and node.args and isinstance(node.args[0], ast.Constant):
                     out.literals.append(f"infra/{node.args[0].value}")
                     out.loaded.add(f"infra/{node.args[0].value}")
+                if node.args and any(k.arg == "shell" and getattr(k.value, "value", False)
+                                     for k in node.keywords):
+                    out.lines += strings(node.args[0])
             elements = (node.elts if isinstance(node, (ast.List, ast.Tuple))
                         else node.args if isinstance(node, ast.Call) else None)
             if not elements:
                 continue
-            consts = [e.value for e in elements if isinstance(e, ast.Constant)
-                      and isinstance(e.value, str)]
-            source = " ".join([ast.unparse(e) for e in elements] + [
-                b for e in elements for n in ast.walk(e) if isinstance(n, ast.Name)
-                for b in bound.get(n.id, [])])
+            consts = [e.value if isinstance(e, ast.Constant) else None for e in elements]
+            source = " ".join(s for e in elements for s in [ast.unparse(e), *strings(e)])
             make, scripts = any(is_make(e) for e in elements), set(SCRIPT.findall(source))
-            out.record(make, scripts, consts)
-            passed_on = [e for e in elements if isinstance(e, ast.Starred)
-                         and not SCRIPT.search(" ".join(bound.get(ast.unparse(e.value), [])))]
-            if (make or scripts) and passed_on:
-                for f in ast.walk(root):
-                    if isinstance(f, ast.FunctionDef) and node in list(ast.walk(f)):
-                        helpers[f.name] = (make, scripts)
+            out.record(make, scripts, [c for c in consts if isinstance(c, str)])
+            shell = False
+            for i in range(len(elements) - 2):  # bash -c <line>
+                if consts[i] in ("bash", "sh") and consts[i + 1] == "-c":
+                    out.lines += strings(elements[i + 2])
+                    shell |= bool({n.id for n in ast.walk(elements[i + 2])
+                                   if isinstance(n, ast.Name)} & parameters(node))
+            passed_on = any(isinstance(e, ast.Starred) and not SCRIPT.search(
+                " ".join(strings(e.value))) for e in elements)
+            if ((make or scripts) and passed_on) or shell:
+                helpers[enclosing[id(node)].name] = (make, scripts, shell)
     for _, root in nodes:
         for node in ast.walk(root):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) in helpers:
-                make, scripts = helpers[node.func.id]
+                make, scripts, shell = helpers[node.func.id]
                 out.record(make, scripts, [a.value for a in node.args
                                            if isinstance(a, ast.Constant)])
-    out.shell |= {"bash", "-c"} <= set(out.literals)
-    for literal in out.literals if out.shell else ():  # a command line held as a string
-        ws = [w for w in words(literal) if not re.fullmatch(r"[A-Z_]+=.*", w)]
+                out.lines += [s for a in node.args for s in strings(a)] if shell else []
+    for line in out.lines:  # the command lines run through a shell
+        ws = [w for w in words(line) if not re.fullmatch(r"[A-Z_]+=.*", w)]
         out.record(ws[:1] == ["make"], set(), ws[1:])
     return out
 
@@ -336,11 +360,11 @@ def value_shown(pool: Pool, value: str) -> bool:
 
 def unshown(command: str, entry: Run) -> list[str]:
     """What of `command` the entry's test does not show it runs (empty: it runs it)."""
-    pool = pool_of(entry.test.split("::")[0])
+    pool = pool_of(REPO / entry.test.split("::")[0])
     text = command
     for printed, used_instead in entry.instead:
         text = re.sub(rf"\b{re.escape(printed)}\b", used_instead, text)
-    if pool.shell and any(" ".join(lit.split()) == text for lit in pool.literals):
+    if any(" ".join(line.split()) == text for line in pool.lines):
         return []  # the command line as printed
     ws = [w.strip("[]") for w in words(text)]
     assignments = [w for w in ws if re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", w)]
@@ -449,7 +473,7 @@ def test_every_test_named_exists_and_is_never_skipped():
 def test_the_test_named_runs_the_command(command):
     entry = COMMANDS[command]
     if " python " in command and not command.startswith(("python", "make")):  # an example
-        pool = pool_of(entry.test.split("::")[0])
+        pool = pool_of(REPO / entry.test.split("::")[0])
         page = command.rsplit(" python ", 1)[0]
         assert page in pool.literals and "python_blocks" in pool.calls, (
             f"{entry.test} does not run the examples of {page} (doc_commands.python_blocks)")
@@ -458,31 +482,66 @@ def test_the_test_named_runs_the_command(command):
     assert not missing, f"`{command}`: {entry.test} shows no sign of " + "; ".join(missing)
 
 
-def test_the_check_tells_a_test_that_runs_a_command_from_one_that_does_not():
-    """The rules above on this repo's own tests: a make target run through a dependent target,
-    a recipe's script with its subcommand, a recipe read from the Makefile, and misses."""
-    demo = Run("tests/alerts/test_demo_observed.py::x")
-    assert unshown("make scorecard", demo) == []  # make scorecard, in test_demo's helper
-    assert unshown("make setup", demo) == []  # scorecard's prerequisite
-    assert unshown("make kafka-up", demo) == []
-    assert unshown("make demo PIPELINE=examples/orders.yaml", demo) == []  # -m testkit.demo
-    assert unshown("make demo PIPELINE=examples/app_events.yaml", demo) == [
-        "PIPELINE's value 'examples/app_events.yaml'"]
-    assert unshown("make stream", demo)[0].startswith("runs neither `make stream`")
-    assert unshown("make demo SCORECARD_X=1", demo) == ["the variable SCORECARD_X"]
-    broker = Run("tests/e2e/test_broker.py::x")
-    assert unshown("make kafka-up", broker) == []  # infra/kafka/broker.py up
-    assert unshown("make spark-up", broker) != []
-    ui = Run("tests/e2e/test_ui_browser.py::x")
-    assert unshown("make ui", ui) == []  # the recipe, read from the Makefile
-    assert unshown("dagster job execute", ui) == []
-    assert unshown("dagster job launch", ui) == ["the word 'launch'"]
-    make_down = Run("tests/e2e/test_make_down.py::x")
-    assert unshown("make down", make_down) == []
-    assert unshown("make pg-up", make_down) != []  # its script is named there, never run
-    assert unshown("infra/spark/connect.py up", make_down) == [
-        "a run of infra/spark/connect.py up"]
-    assert "kafka-down" in closure({"clean"}) and "setup" in closure({"materialize"})
+SAMPLE = """
+import subprocess
+import sys
+
+from conftest import REPO
+
+SCRIPT = str(REPO / "infra/prometheus/observe.py")
+CATCH_UP = "make materialize SELECT=raw_events PARTITION=<date>"
+
+
+def observe(*args):
+    return subprocess.run([sys.executable, SCRIPT, *args])
+
+
+def make(*args):
+    return subprocess.run(["make", "--no-print-directory", *args], env={"PIPELINES": "x"})
+
+
+def test_x():
+    \"\"\"Runs `make stream` (a docstring runs nothing).\"\"\"
+    observe("up")
+    make("scorecard")
+    make("-n", "down")
+    subprocess.run(["bash", "-c", CATCH_UP.replace("<date>", "2026-12-01")])
+    subprocess.run([str(REPO / ".venv/bin/dg"), "list", "defs"])
+    recipe = open(REPO / "Makefile").read().split("\\nui:")[1]
+    assert "make kafka-down" in recipe  # text it reads, not a command it runs
+    assert "^ui:" and "examples/orders.yaml"
+"""
+
+
+def test_the_check_tells_a_test_that_runs_a_command_from_one_that_does_not(tmp_path):
+    """The rules above on a sample test: a make target run directly or through a dependent
+    target, a recipe's script with its subcommand, a command line run through bash, a tool's
+    words, a recipe read from the Makefile; and what it does not run."""
+    sample = tmp_path / "test_sample.py"
+    sample.write_text(SAMPLE)
+    ran = Run(f"{sample}::test_x")
+    for command in ("make scorecard", "make setup", "make kafka-up", "make observe-up",
+                    "make materialize SELECT=raw_events PARTITION=<date>",
+                    "make materialize SELECT=... PARTITION=...", "dg list defs",
+                    ".venv/bin/dg list defs", "make ui", "make ui PIPELINES=examples/orders.yaml"):
+        assert unshown(command, ran) == [], command
+    assert unshown("make observe-down", ran)[0].startswith("runs neither `make observe-down`")
+    assert unshown("make down", ran) != []  # a dry run
+    assert unshown("make kafka-down", ran) != []  # only in text it compares
+    assert unshown("make stream", ran) != []  # only in a docstring
+    assert unshown("dg list component-tree", ran) == ["the word 'component-tree'"]
+    assert unshown("make materialize SELECT=bronze_events", ran) == [
+        "SELECT's value 'bronze_events'"]
+    assert unshown("make scorecard SCORECARD=orders/readiness_scorecard", ran) == [
+        "the variable SCORECARD"]
+    assert unshown("infra/prometheus/observe.py up", ran) == []
+    assert unshown("infra/prometheus/observe.py down", ran) == [
+        "a run of infra/prometheus/observe.py down"]
+    assert unshown(".venv/bin/dg scaffold defs parcels shipments",
+                   Run(ran.test, instead=(("shipments", "defs"),))) == [
+        "the word 'scaffold'", "the word 'parcels'"]
+    assert {"kafka-down", "registry-down"} <= closure({"clean"})
+    assert {"setup", "kafka-up", "class-archive"} <= closure({"materialize"})
 
 
 def test_the_suite_timings_command_prints_each_tiers_newest_file():
