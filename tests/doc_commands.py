@@ -113,6 +113,19 @@ def page_commands(path: Path) -> list[Command]:
     return sorted(out, key=lambda c: c.line)
 
 
+def untagged_commands(path: Path) -> list[tuple[int, str]]:
+    """Lines of a page's untagged fenced blocks (output, diagrams) that read as commands: such a
+    block is tagged `bash` when it holds commands."""
+    out, fence = [], None
+    for number, line in enumerate(path.read_text().split("\n"), 1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fence = stripped[3:].strip() if fence is None else None
+        elif fence == "" and is_command(re.sub(r"(^|\s+)#.*$", "", stripped)):
+            out.append((number, stripped))
+    return out
+
+
 def documented() -> list[Command]:
     """Every command and python example of README.md and docs/*.md."""
     return [c for path in PAGES for c in page_commands(path)]

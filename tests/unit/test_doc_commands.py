@@ -35,12 +35,14 @@ from doc_commands import (
     HUMAN,
     MAINTAINER,
     NAME,
+    PAGES,
     REASONS,
     TIER,
     Run,
     documented,
     is_command,
     page_commands,
+    untagged_commands,
     words,
 )
 
@@ -419,6 +421,7 @@ def test_fenced_blocks_give_a_command_a_line_and_python_examples(tmp_path, monke
     assert found == [(1, "make demo", "shell"), (4, "make kafka-down", "shell"),
                      (6, "make materialize SELECT=a PARTITION=b", "shell"),
                      (14, "page.md python 1", "python")]
+    assert untagged_commands(page) == [(11, "make not-a-command  # an untagged block is output")]
 
 
 def test_every_documented_command_has_an_entry_and_every_entry_a_command():
@@ -431,6 +434,13 @@ def test_every_documented_command_has_an_entry_and_every_entry_a_command():
         + "\n".join(missing))
     stale = sorted(set(COMMANDS) - {c.text for c in shown})
     assert not stale, f"COMMANDS holds commands no page shows any more: remove them: {stale}"
+
+
+def test_no_untagged_block_holds_commands():
+    found = [f"{path.relative_to(REPO)}:{n}: {line}" for path in PAGES
+             for n, line in untagged_commands(path)]
+    assert not found, "fenced blocks without a tag holding commands: tag them bash\n" + \
+        "\n".join(found)
 
 
 def test_every_exclusion_is_a_reason_of_the_closed_set_that_fits_its_command():
