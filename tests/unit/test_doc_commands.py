@@ -5,15 +5,17 @@ exist, is skipped or does not run the command fails here. Files only: the tests 
 commands in their own tiers.
 
 A test runs a command when its file (with the helpers it imports from tests/ and testkit/, and
-the conftest fixtures it asks for), in its string literals outside docstrings:
+the conftest fixtures it asks for), read as source:
 
-- holds the command line as printed, and runs command lines (`bash -c`, `shell=True`); or
-- for `make <target>`: runs `make` with the target or a target that depends on it (no `-n`),
-  reads the target's recipe from the Makefile, or runs every program of that recipe (a module
-  by `-m`, a script with its subcommand); and names each `NAME=value` the command sets, with its
-  value (a path: by its file name) unless a placeholder;
-- for any other command: holds each of its words (a program also as the last part of a path),
-  or runs a `make` target whose recipe holds them."""
+- runs the command line as printed through `bash -c` or `shell=True`; or
+- for `make <target>`: runs `make` (no `-n`) with the target or with one that makes it (its
+  prerequisites, `$(MAKE) <target>`), reads the target's recipe from the Makefile, or runs every
+  program of that recipe (a module by `-m`; a script with its subcommand, or loaded by
+  `infra_module` and the method of that name called); and names each `NAME=value` the command
+  sets, with its value (a path: by its file name) unless a placeholder;
+- for any other command: holds each of its words in its string literals outside docstrings (a
+  program also as the last part of a path; a script with its subcommand as above), or runs a
+  `make` target whose recipe holds them."""
 
 from __future__ import annotations
 
