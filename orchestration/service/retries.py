@@ -88,12 +88,14 @@ _RAISED = re.compile(r"^\s*(?:[\w.$]+\.)?\w*(?:Error|Exception|Lost|Replaced|Cha
 
 
 def _message(text: str, marker: str | None) -> str:
-    """The line that says what failed: the one holding the marker that classified it, else the
-    last line naming an exception (a Python traceback's, inside Spark's wrapping), else the
-    first."""
+    """The line that says what failed: the one holding the marker that classified it (an
+    exception's line first: a Python traceback also quotes the source line that raised it,
+    which may hold the marker too), else the last line naming an exception (a Python
+    traceback's, inside Spark's wrapping), else the first."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if marker is not None:
-        hit = next((ln for ln in lines if marker in ln), None)
+        hits = [ln for ln in lines if marker in ln]
+        hit = next((ln for ln in hits if _RAISED.match(ln)), hits[0] if hits else None)
         if hit is not None:
             return hit[:300]
     raised = [ln for ln in lines if _RAISED.match(ln)]

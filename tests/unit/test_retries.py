@@ -52,6 +52,11 @@ def test_the_message_is_the_line_that_says_what_failed():
                "recent call last):\n  File \"stream.py\", line 3, in batch\n"
                f"lakehouse.events.schema_registry.RegistryError: {REGISTRY}\n")
     assert classify(wrapped).message == f"lakehouse.events.schema_registry.RegistryError: {REGISTRY}"
+    # A real traceback quotes the raising source line, which holds the marker too.
+    quoted = ("Traceback (most recent call last):\n  File \"schema_registry.py\", line 111, in "
+              "_get\n    raise RegistryError(f\"{where} unreachable: {reason}\") from None\n"
+              f"lakehouse.events.schema_registry.RegistryError: {REGISTRY}\n")
+    assert classify(quoted).message == f"lakehouse.events.schema_registry.RegistryError: {REGISTRY}"
     bug = "Traceback (most recent call last):\n  File \"x.py\"\nZeroDivisionError: division by zero"
     assert classify(bug).message == "ZeroDivisionError: division by zero"
 
