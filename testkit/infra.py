@@ -32,3 +32,8 @@ def broker_module() -> ModuleType:
 def sasl_broker_module() -> ModuleType:
     """infra/kafka/sasl_broker.py: `SaslBroker` (SASL/SCRAM-SHA-512 users)."""
     return infra_module("kafka/sasl_broker.py")
+
+
+def registry_module() -> ModuleType:
+    """infra/registry/registry.py: `Registry` (Apicurio on a given port and state folder)."""
+    return infra_module("registry/registry.py")

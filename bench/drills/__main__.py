@@ -7,6 +7,9 @@ Drills (each prints what it did and what it verified):
                checkpoint and the Delta logs; restarts; then the proof
   broker       a broker of the drill's own stopped 3 minutes under 10,000 events/s: the
                service rides it out, its lag flat within 2 minutes, each offset once, proven
+  registry     the drill's own schema registry stopped 2 minutes under an Avro pipeline at
+               10,000 events/s, the producer switching to a schema version the service has not
+               seen: retried with backoff, lag flat within 2 minutes, each offset once, proven
   concurrency  two corrections of one date at once, and a reprocess while the service streams
   bad_input    1,000,000 records, 10% malformed (every reason, giant, binary, deeply nested,
                wrong types): every bad record quarantined with its reason; throughput vs clean
@@ -57,6 +60,7 @@ from bench.drills.common import Context, DrillResult, say  # noqa: E402
 DRILLS = {
     "crash": "bench.drills.crash",
     "broker": "bench.drills.broker_restart",
+    "registry": "bench.drills.registry_outage",
     "concurrency": "bench.drills.concurrency",
     "bad_input": "bench.drills.bad_input",
     "retention": "bench.drills.retention",

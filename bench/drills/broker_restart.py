@@ -19,26 +19,25 @@ blocking check, gold == replay).
 from __future__ import annotations
 
 import signal
-import threading
 import time
-from collections import Counter, namedtuple
-from datetime import UTC, datetime
+from collections import Counter
 
 from bench.drills.common import (
-    AckedProducer,
     Context,
-    DrillFailed,
     DrillResult,
-    Feeder,
+    LiveProducer,
+    Probe,
+    Record,
+    await_landing,
     broker_module,
     check_landing,
+    event_ids_check,
     free_port,
     instance,
     landed_rows,
     prove,
     say,
     service_env,
-    table_or_empty,
 )
 from testkit import faults
 
@@ -48,88 +47,8 @@ BEFORE_S = 60  # steady state before the outage (its lag is the level to come ba
 OUTAGE_S = 180
 RECOVERY_S = 120  # the lag must be flat again within this long of the broker's return
 AFTER_S = 180  # the producer goes on this long after the broker's return
-PROBE_S = 2.0
 STALL_S = 300  # seconds without a new landed row that fail the wait for the acknowledged ones
 TRIGGER = "10 seconds"  # the service's default STREAM_TRIGGER_INTERVAL
-
-Record = namedtuple("Record", "key value")
-
-
-class LiveProducer(Feeder):
-    """`rate` events/s in ten slices a second, made as they are sent (event time = now); one
-    in a hundred malformed. After a stall (the broker away, the queue full) it goes on at its
-    rate from then: no burst. Runs until `join`."""
-
-    def __init__(self, settings, rate: int):
-        super().__init__(settings, [], rate)
-        self.valid_ids: dict[int, str] = {}
-
-    def _record(self, i: int, stamp: str) -> Record:
-        key = f"k{i % 50}"
-        if i % 100 == 99:
-            return Record(key.encode(), b'{"event_id": broken')
-        event_id = self.valid_ids[i] = f"live-{i}"
-        return Record(key.encode(), (f'{{"event_id":"{event_id}","key":"{key}","event_time":'
-                                     f'"{stamp}","value":{i % 997}.25}}').encode())
-
-    def _run(self) -> None:
-        try:
-            per_slice, start, tick = max(1, int(self.rate) // 10), time.monotonic(), 0
-            while not self.stopping.is_set():
-                stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
-                for i in range(self.sent, self.sent + per_slice):
-                    self.producer.send(i, self._record(i, stamp))
-                self.sent += per_slice
-                tick += 1
-                ahead = start + tick / 10 - time.monotonic()
-                if ahead > 0:
-                    time.sleep(ahead)
-                elif ahead < -1:  # stalled: go on at the rate from now
-                    start, tick = time.monotonic(), 0
-            self.producer.flush()
-        except BaseException as exc:  # noqa: BLE001 - reported by join()
-            self.error = exc
-
-    def join(self, timeout: float = 900) -> AckedProducer:
-        self.stop()
-        return super().join(timeout)
-
-
-def lag(settings) -> int | None:
-    """The topic's end offsets minus the end offsets of bronze's newest stream commit (None
-    while the broker does not answer)."""
-    from lakehouse.kafka.admin import topic_offsets
-    from lakehouse.tables.commit_tags import stream_commits
-
-    try:
-        ends = {p.partition: p.latest for p in topic_offsets(settings, timeout=2)}
-    except Exception:  # noqa: BLE001 - the broker is away
-        return None
-    try:
-        commits = stream_commits(settings, 8)
-    except Exception:  # noqa: BLE001 - no bronze yet
-        commits = []
-    done = commits[0].end_offsets if commits else {}
-    return sum(max(0, end - done.get(p, 0)) for p, end in ends.items())
-
-
-class Probe:
-    """The lag every PROBE_S from a thread: (seconds since the probe started, lag)."""
-
-    def __init__(self, settings):
-        self.settings, self.samples, self.t0 = settings, [], time.monotonic()
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="lag-probe", daemon=True)
-
-    def _run(self) -> None:
-        while not self.stopping.wait(PROBE_S):
-            self.samples.append((round(time.monotonic() - self.t0, 1), lag(self.settings)))
-
-    def now(self) -> float:
-        return time.monotonic() - self.t0
-
-    def between(self, a: float, b: float) -> list[int]:
-        return [n for t, n in self.samples if a <= t < b and n is not None]
 
 
 def run(ctx: Context, result: DrillResult) -> DrillResult:
@@ -177,31 +96,18 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
             if svc.poll() is not None:
                 exits.append({"exit": svc.returncode, "tail": faults.output(svc, 3000)[-600:]})
             acked = producer.join().acked
-            after = [(t - up_at, n) for t, n in probe.samples if t >= up_at and n is not None]
             # Flat again: from this sample on the lag stays at or under the steady level.
-            flat = next((t for i, (t, _) in enumerate(after)
-                         if all(n <= level for _, n in after[i:])), None)
+            flat, after = probe.flat_after(up_at, level)
             say(NAME, f"producer done: {len(acked)} acknowledged; lag back under {level} "
                       f"{f'{flat:.0f} s' if flat is not None else 'never'} after the broker's "
                       f"return (max after it {max((n for _, n in after), default=None)})")
 
-            landed, progress_at = landed_rows(settings), time.monotonic()
-            while landed < len(acked) and time.monotonic() - progress_at < STALL_S:
-                if svc.poll() is not None:
-                    if not exits:
-                        exits.append({"exit": svc.returncode,
-                                      "tail": faults.output(svc, 3000)[-600:]})
-                    say(NAME, f"service exited {svc.returncode}: restarting it to finish the "
-                              "check (the drill fails)")
-                    svc = faults.start_service(env, folder / f"service-{len(exits)}.log")
-                    result.runs += 1
-                time.sleep(2)
-                if (now := landed_rows(settings)) > landed:
-                    landed, progress_at = now, time.monotonic()
+            def restart():
+                result.runs += 1
+                return faults.start_service(env, folder / f"service-{len(exits)}.log")
+
+            svc = await_landing(settings, len(acked), svc, restart, exits, NAME, STALL_S)
             probe.stopping.set()
-            if landed < len(acked):
-                raise DrillFailed(f"only {landed} of {len(acked)} acknowledged records landed, "
-                                  f"none in the last {STALL_S} s: {faults.output(svc)}")
             log = faults.output(svc, 2_000_000)
             restarts = [line for line in log.splitlines() if "restarting from the checkpoint" in line]
             svc.send_signal(signal.SIGTERM)
@@ -216,11 +122,8 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
             expected = set(acked.values())
             landing = check_landing(settings, expected)
             extra = set(landing.positions) - expected
-            bronze = table_or_empty(settings, "bronze_events")
-            ids = Counter(bronze["event_id"].to_pylist()) if bronze is not None else Counter()
             want = Counter(producer.valid_ids[i] for i in acked if i in producer.valid_ids)
-            id_dups = sum(n - 1 for n in ids.values() if n > 1)
-            id_missing, id_extra = sum((want - ids).values()), sum((ids - want).values())
+            id_missing, id_dups, id_extra = event_ids_check(settings, want)
             say(NAME, f"acknowledged positions: {landing.describe()}; landed without an "
                       f"acknowledgement: {len(extra)}; bronze event ids vs acknowledged valid "
                       f"events: {id_missing} missing, {id_dups} duplicated, {id_extra} extra")

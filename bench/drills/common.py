@@ -5,16 +5,17 @@ printing), independent pipeline instances, producing with acknowledgements, and 
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, namedtuple
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 from testkit import runs
-from testkit.infra import broker_module  # noqa: F401 - the drills import it from here
+from testkit.infra import broker_module, registry_module  # noqa: F401 - the drills import them
 from testkit.ports import free_port  # noqa: F401 - the drills import it from here
 from testkit.reference import expected_windows, table_windows
 from testkit.runs import step_failures
@@ -219,9 +220,13 @@ def check_landing(settings, expected: set[tuple[int, int]] | None = None) -> Lan
     return Landing(len(expected), len(missing), duplicated, positions, missing[:5])
 
 
-def run_job(name: str, dagster_instance, **kw):
-    """A job of `defs`, in-process, its console quiet. Returns (result, check evaluations)."""
-    return runs.run_job(name, dagster_instance, quiet=True, **kw)
+def run_job(name: str, dagster_instance, defs=None, **kw):
+    """A job of `defs` (the code location's, or a drill's own built for its spec pipeline),
+    in-process, its console quiet. Returns (result, check evaluations)."""
+    if defs is None:
+        return runs.run_job(name, dagster_instance, quiet=True, **kw)
+    kw.setdefault("run_config", runs.QUIET)
+    return runs.run_in(defs, name, dagster_instance, **kw)
 
 
 def bronze_dates(settings) -> list[date]:
@@ -243,18 +248,21 @@ class Proof:
         return self.wrong == 0 and not self.failed_checks
 
 
-def prove(settings, dagster_instance, records, drill: str, job: str = "reconcile_dates") -> Proof:
+def prove(settings, dagster_instance, records, drill: str, job: str = "reconcile_dates",
+          defs=None) -> Proof:
     """For every event date in bronze: `reconcile_dates` in-process (corrections, replay and
     the blocking check `reconciled_equals_replay`), then gold == replay (`compare_tables`) and
     gold == the plain-Python count of `records` (every date, every window, exact decimals;
-    `records` None: the drill made too many to keep, gold == replay is the proof)."""
+    `records` None: the drill made too many to keep, or they are not the default pipeline's,
+    and gold == replay is the proof). A spec pipeline's: its `job` (`<prefix>__reconcile_dates`)
+    in `defs`, a code location holding it."""
     from lakehouse.tables.reads import compare_tables, read
 
     dates = bronze_dates(settings)
     failed, notes = [], []
     wrong = 0
     for d in dates:
-        result, checks = run_job(job, dagster_instance, partition_key=d.isoformat())
+        result, checks = run_job(job, dagster_instance, defs, partition_key=d.isoformat())
         bad = [c.check_name for c in checks if not c.passed]
         if not result.success or bad:
             failed.append(f"{d}: run {'ok' if result.success else 'failed'}, failed checks "
@@ -263,17 +271,18 @@ def prove(settings, dagster_instance, records, drill: str, job: str = "reconcile
         if diff:
             notes.append(f"{d}: {diff} windows differ between gold and replay")
         wrong += diff
+    gold = read(settings, "reconciled_aggregates")
+    # The reference is the default pipeline's shape (a (window, key) row each): kept records only.
     want = expected_windows(records) if records is not None else {}
-    got = table_windows(read(settings, "reconciled_aggregates"))
-    differing = ([k for k in want.keys() | got.keys() if want.get(k) != got.get(k)]
-                 if records is not None else [])
+    got = table_windows(gold) if records is not None else {}
+    differing = [k for k in want.keys() | got.keys() if want.get(k) != got.get(k)]
     if differing:
         k = sorted(differing)[0]
         notes.append(f"{len(differing)} windows differ between gold and the reference, e.g. "
                      f"{k}: gold {got.get(k)} reference {want.get(k)}")
     wrong += len(differing)
     say(drill, f"proof over {len(dates)} date(s) {[d.isoformat() for d in dates]}: "
-               f"{len(want)} reference windows, {len(got)} gold windows; reconcile_dates "
+               f"{len(want)} reference windows, {gold.num_rows} gold windows; {job} "
                f"{'passed' if not failed else 'FAILED'} (blocking check reconciled_equals_replay)"
                f"; gold == replay: {not any('replay' in n for n in notes)}; gold == reference: "
                f"{not differing if records is not None else 'not kept'}")
@@ -350,3 +359,132 @@ class Feeder:
         if self.error is not None:
             raise self.error
         return self.producer
+
+
+# ---------------------------------------------------------------------------------------------
+# A live load and its lag, for the outage drills (broker, registry)
+# ---------------------------------------------------------------------------------------------
+Record = namedtuple("Record", "key value")
+PROBE_S = 2.0  # the lag probe's period
+
+
+class LiveProducer(Feeder):
+    """`rate` events/s in ten slices a second, made as they are sent (event time = now, one
+    instant a slice); one in a hundred malformed. After a stall (the broker away, the queue
+    full) it goes on at its rate from then: no burst. Runs until `join`. `_record` makes record
+    `i` (JSON here; a subclass another encoding) and notes a valid one's event id in
+    `valid_ids`."""
+
+    def __init__(self, settings, rate: int):
+        super().__init__(settings, [], rate)
+        self.valid_ids: dict[int, str] = {}
+
+    def _record(self, i: int, now: datetime) -> Record:
+        key = f"k{i % 50}"
+        if i % 100 == 99:
+            return Record(key.encode(), b'{"event_id": broken')
+        stamp = now.isoformat(timespec="milliseconds")
+        event_id = self.valid_ids[i] = f"live-{i}"
+        return Record(key.encode(), (f'{{"event_id":"{event_id}","key":"{key}","event_time":'
+                                     f'"{stamp}","value":{i % 997}.25}}').encode())
+
+    def _run(self) -> None:
+        try:
+            per_slice, start, tick = max(1, int(self.rate) // 10), time.monotonic(), 0
+            while not self.stopping.is_set():
+                now = datetime.now(UTC)
+                for i in range(self.sent, self.sent + per_slice):
+                    self.producer.send(i, self._record(i, now))
+                self.sent += per_slice
+                tick += 1
+                ahead = start + tick / 10 - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+                elif ahead < -1:  # stalled: go on at the rate from now
+                    start, tick = time.monotonic(), 0
+            self.producer.flush()
+        except BaseException as exc:  # noqa: BLE001 - reported by join()
+            self.error = exc
+
+    def join(self, timeout: float = 900) -> AckedProducer:
+        self.stop()
+        return super().join(timeout)
+
+
+def lag(settings) -> int | None:
+    """The topic's end offsets minus the end offsets of bronze's newest stream commit (None
+    while the broker does not answer)."""
+    from lakehouse.kafka.admin import topic_offsets
+    from lakehouse.tables.commit_tags import stream_commits
+
+    try:
+        ends = {p.partition: p.latest for p in topic_offsets(settings, timeout=2)}
+    except Exception:  # noqa: BLE001 - the broker is away
+        return None
+    try:
+        commits = stream_commits(settings, 8)
+    except Exception:  # noqa: BLE001 - no bronze yet
+        commits = []
+    done = commits[0].end_offsets if commits else {}
+    return sum(max(0, end - done.get(p, 0)) for p, end in ends.items())
+
+
+class Probe:
+    """The lag every PROBE_S from a thread: (seconds since the probe started, lag)."""
+
+    def __init__(self, settings):
+        self.settings, self.samples, self.t0 = settings, [], time.monotonic()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="lag-probe", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stopping.wait(PROBE_S):
+            self.samples.append((round(time.monotonic() - self.t0, 1), lag(self.settings)))
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def between(self, a: float, b: float) -> list[int]:
+        return [n for t, n in self.samples if a <= t < b and n is not None]
+
+    def flat_after(self, since: float, level: int) -> tuple[float | None, list]:
+        """How long after `since` the lag is flat again: the first sample from which it stays
+        at or under `level` (None: never), and the samples after `since` (seconds from it)."""
+        after = [(t - since, n) for t, n in self.samples if t >= since and n is not None]
+        flat = next((t for i, (t, _) in enumerate(after)
+                     if all(n <= level for _, n in after[i:])), None)
+        return flat, after
+
+
+def await_landing(settings, want: int, svc, restart, exits: list, drill: str,
+                  stall_s: float = 300):
+    """Wait until `want` rows landed (bronze + quarantine), as long as rows keep landing (none
+    in `stall_s` fails). A service that exited meanwhile is noted in `exits` (its first exit)
+    and replaced by `restart()` to finish the check (the drill fails). Returns the service."""
+    from testkit import faults
+
+    landed, progress_at = landed_rows(settings), time.monotonic()
+    while landed < want and time.monotonic() - progress_at < stall_s:
+        if svc.poll() is not None:
+            if not exits:
+                exits.append({"exit": svc.returncode, "tail": faults.output(svc, 3000)[-600:]})
+            say(drill, f"service exited {svc.returncode}: restarting it to finish the check "
+                       "(the drill fails)")
+            svc = restart()
+        time.sleep(2)
+        if (now := landed_rows(settings)) > landed:
+            landed, progress_at = now, time.monotonic()
+    if landed < want:
+        raise DrillFailed(f"only {landed} of {want} acknowledged records landed, none in the "
+                          f"last {stall_s:.0f} s: {faults.output(svc)}")
+    return svc
+
+
+def event_ids_check(settings, want: Counter) -> tuple[int, int, int]:
+    """Bronze's event ids against `want` (the acknowledged valid events): (missing,
+    duplicated, extra)."""
+    bronze = table_or_empty(settings, "bronze_events")
+    ids = Counter(bronze["event_id"].to_pylist()) if bronze is not None else Counter()
+    return (sum((want - ids).values()), sum(n - 1 for n in ids.values() if n > 1),
+            sum((ids - want).values()))
+
