@@ -46,9 +46,11 @@ def graph_url(url: str) -> str:
     return f"{url}/asset-groups?{urllib.parse.urlencode({'expanded': expanded})}"
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """Stop the webserver's process group (it spawns a gRPC code server), escalating to KILL."""
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+def stop(proc: subprocess.Popen, grace_s: float = 15) -> None:
+    """Stop the webserver's process group (it spawns a gRPC code server): SIGTERM, then KILL
+    after `grace_s` (0: KILL at once)."""
+    steps = ((signal.SIGTERM, grace_s),) if grace_s > 0 else ()
+    for sig, wait in (*steps, (signal.SIGKILL, 5)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:

@@ -65,19 +65,20 @@ def ui(tmp_path_factory, kafka_bootstrap):
     home = base / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "infra/dagster.yaml", home / "dagster.yaml")
+    span = timedelta(hours=4)
+    end = end_across_midnight(datetime.now(UTC))
+    dates = ((end - span).date().isoformat(), end.date().isoformat())
     # As on a user's instance: the daily partitions start at the first event date (the suite's
     # PARTITIONS_START pins them to a fixed date for its other tests).
     env = {**{k: v for k, v in os.environ.items() if k != "PARTITIONS_START"},
            "DAGSTER_HOME": str(home), "LAKEHOUSE_ROOT": str(base / "lakehouse"),
            "EVENTS_TOPIC": f"ui-{uuid.uuid4().hex[:10]}", "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
            "DAGSTER_DISABLE_TELEMETRY": "true", "GX_ANALYTICS_ENABLED": "false"}
-    span = timedelta(hours=4)
-    end = end_across_midnight(datetime.now(UTC))
-    dates = ((end - span).date().isoformat(), end.date().isoformat())
     with overridden({k: env[k] for k in ("LAKEHOUSE_ROOT", "EVENTS_TOPIC",
                                          "KAFKA_BOOTSTRAP_SERVERS")}):
         produce(Settings.from_env(), generate(GeneratorConfig(
             count=600, seed=31, end=end, span=span, keys=3)).records)
+    # Caught up before the UI starts: its definitions load the partitions from bronze's dates.
     dagster(env, "-j", "stream_catch_up")
 
     port = free_port()
@@ -91,7 +92,7 @@ def ui(tmp_path_factory, kafka_bootstrap):
         shots = os.environ.get("UI_SCREENSHOTS")
         yield url, dates, Path(shots) if shots else None
     finally:
-        stop(proc)
+        stop(proc, grace_s=0)  # a throwaway instance: no graceful shutdown to wait for
 
 
 @pytest.fixture(scope="module")
@@ -119,9 +120,11 @@ def page(browser, ui):
 
 
 def open_page(page, url: str, shots: Path | None = None, name: str = ""):
-    page.goto(url)
-    page.wait_for_load_state("networkidle")
+    """Go to `url`; the callers wait for what they look at. A screenshot waits for the page's
+    requests to settle first."""
+    page.goto(url, wait_until="domcontentloaded")
     if shots is not None and name:
+        page.wait_for_load_state("networkidle")
         shots.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(shots / f"{name}.png"))
     return page
@@ -197,15 +200,19 @@ def backfilled(browser, ui):
 
 def test_a_daily_asset_shows_its_partitions_with_their_status(page, ui, backfilled):
     url, dates, shots = ui
-    open_page(page, f"{url}/assets/reconciled_aggregates?view=partitions", shots, "partitions")
+    open_page(page, f"{url}/assets/reconciled_aggregates?view=partitions")
     for date in dates:
         visible(page, date).wait_for()
+    # Both dates, and only they, materialized by the backfill; none failed or missing (the
+    # counts are read once the materialized one shows both: the page fills them in as it loads).
+    visible(page, f"Materialized ({len(dates)})").wait_for()
     counts = {}
     for status in ("Materialized", "Missing", "Failed"):
         label = page.get_by_text(re.compile(rf"^{status} \(\d+\)$")).first
         counts[status] = int(re.search(r"\((\d+)\)", label.inner_text()).group(1))
-    # Both dates, and only they, materialized by the backfill; none failed or missing.
     assert counts == {"Materialized": len(dates), "Missing": 0, "Failed": 0}, counts
+    if shots is not None:
+        page.screenshot(path=str(shots / "partitions.png"))
 
 
 def proof_totals(page, url: str, shots: Path | None = None) -> dict:
@@ -213,10 +220,10 @@ def proof_totals(page, url: str, shots: Path | None = None) -> dict:
     per-date totals of gold and the replay (its `totals` metadata, opened as JSON)."""
     open_page(page, f"{url}/assets/reconciled_aggregates?view=checks")
     visible(page, "reconciled_equals_replay").click()
-    page.wait_for_load_state("networkidle")
     visible(page, "Passed").wait_for()
     visible(page, "reconciled == replay, row by row").wait_for()
     if shots is not None:
+        page.wait_for_load_state("networkidle")
         page.screenshot(path=str(shots / "check.png"))
     page.locator("tr", has=page.get_by_text("totals", exact=True)).get_by_text(
         "[Show JSON]").click()
