@@ -41,7 +41,8 @@ endif
 	observe-up observe-down daily-metrics dashboards test-alerts test-long spark-up spark-down \
 	prerequisites down class-archive
 
-setup: prerequisites system-deps $(VENV)/.installed .jars/.fetched .jars/registry/.fetched dagster-instance
+setup: prerequisites system-deps $(VENV)/.installed .jars/.fetched .jars/logstore/.built \
+	.jars/registry/.fetched dagster-instance
 
 # Before the venv is created (only then): Python 3.11 with its venv module, memory for two Spark
 # drivers and a broker, disk for the venv and the jars; one line saying what is missing, exit 1
@@ -72,6 +73,17 @@ $(VENV)/.installed: pyproject.toml
 	$(MVN) infra/jars/s3/pom.xml
 	$(MVN) infra/jars/kafka/pom.xml
 	$(MVN) infra/jars/s3proxy/pom.xml
+	@touch $@
+
+# The Delta log store of s3a:// roots (infra/jars/logstore: PgLogStore.java, whose commit point is
+# a row in the lock server, fenced by the writer's lock; docs/design.md §2.2), compiled with javac
+# against pyspark's Hadoop client and Delta's storage jar, beside the PostgreSQL JDBC driver.
+LOGSTORE_SOURCES := $(wildcard infra/jars/logstore/src/lakehouse/delta/*.java)
+.jars/logstore/.built: $(LOGSTORE_SOURCES) infra/jars/logstore/build.sh infra/jars/logstore/pom.xml \
+		infra/jars/settings.xml .jars/.fetched $(VENV)/.installed | system-deps
+	rm -rf .jars/logstore
+	$(MVN) infra/jars/logstore/pom.xml
+	infra/jars/logstore/build.sh $(PY)
 	@touch $@
 
 # Apicurio Registry (a schema registry with a Confluent-compatible API; its Quarkus tar.gz

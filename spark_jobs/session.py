@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from lakehouse.config import spark_secrets, storage
 from lakehouse.config.settings import Settings, remote_shown
+from lakehouse.tables import commit_log
 from lakehouse.tables.catalog import WAREHOUSE_DIR
 from spark_jobs.connect_work import record_session
 
@@ -43,6 +44,14 @@ def object_store_classpath(settings: Settings) -> dict[str, str]:
         raise RuntimeError(f"s3a jars missing in {S3_JARS}: run `make setup` first")
     keys = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
     return {k: ":".join(filter(None, [settings.spark_conf_overrides.get(k), *jars])) for k in keys}
+
+
+def log_store_conf(settings: Settings) -> dict[str, str]:
+    """For an s3a:// root, Delta's log store whose commits the writer locks fence
+    (`lakehouse.tables.commit_log`): the store for the scheme and the lock server (its password a
+    secret setting: never on a command line). Its jars join spark.jars (`spark_conf`), the
+    loader of Delta's own classes. Nothing for other roots."""
+    return commit_log.spark_conf(str(settings.root), settings.lock_dsn)
 
 
 # A short-lived driver JVM (one Dagster run in a fresh process) compiles with C1 only: C2's
@@ -113,7 +122,8 @@ def spark_conf(settings: Settings, short_run: bool = False,
     return {
         "spark.master": settings.spark_master,
         "spark.app.name": "eventtime-lakehouse",
-        "spark.jars": ",".join(spark_jars()),
+        "spark.jars": ",".join(spark_jars() + (commit_log.log_store_jars()
+                                               if log_store_conf(settings) else [])),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.streaming.stateStore.providerClass": (
@@ -162,6 +172,8 @@ def spark_conf(settings: Settings, short_run: bool = False,
         "spark.driver.bindAddress": settings.spark_driver_host,
         # An s3a:// root: endpoint, path style, region (credentials: the AWS chain, from env).
         **storage.s3a_spark_conf(settings.root),
+        # An s3a:// root: the log store whose commits the writer locks fence.
+        **log_store_conf(settings),
         # SPARK_CONF_<key> env vars: any other Spark setting (credentials, executor sizes).
         **settings.spark_conf_overrides,
         **object_store_classpath(settings),

@@ -6,8 +6,12 @@ calls Delta's write or commit APIs (`tests/unit/test_one_writer.py` holds it to 
 - checks the writer's lock (its `Fence`: `checkpoint_lock`, `date_lock` or `registry_lock`) as
   its last step before the commit. What the commit writes from the driver (delta-rs: rows built
   or collected before the call) is checked after it was computed, milliseconds before the
-  commit; a Spark write is checked before Spark computes and commits it, so a lock lost while
-  Spark writes is seen at the writer's next commit;
+  commit; a Spark write is checked before Spark computes and commits it;
+- on an s3a:// root, hands the lock's fence to the commit itself: the session setting
+  `spark.lakehouse.fence.<table path>` (`commit_log.fence_key`) for the call's duration, which
+  Delta's log store there checks in the lock server's transaction that is the commit point
+  (`lakehouse.tables.commit_log`). A lock lost while Spark writes (a pause, a broken
+  connection, a takeover) so fails that commit itself: `WriterLockLost`, nothing committed;
 - tags the commit (`userMetadata`: the writer, its run or batch) when the caller gives a tag; an
   idempotent append carries Delta's own (application id, version) (`app`);
 - picks the engine: delta-rs from the driver for small data on a local root (milliseconds, no
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import json
 import uuid
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -29,12 +34,13 @@ from datetime import date
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from lakehouse.config import storage
 from lakehouse.config.settings import Settings
-from lakehouse.tables import delta_log, local_writes
+from lakehouse.tables import commit_log, delta_log, local_writes
 from lakehouse.tables.catalog import ALL_TABLES, BRONZE, Table
 from lakehouse.tables.commit_tags import PIPELINE_TAG
 from lakehouse.tables.generations import SPEC_PROPERTY, VERSION_PROPERTY
-from lakehouse.tables.locks import Fence
+from lakehouse.tables.locks import Fence, LockUnavailable, WriterLockLost
 from spark_jobs.tables import missing_columns, quoted, read_table, sql_string, table_ref
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
@@ -54,6 +60,25 @@ def session_conf(spark: SparkSession, key: str, value: str):
         yield
     finally:
         spark.conf.unset(key)
+
+
+_FENCED_SESSIONS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _require_fenced_store(spark: SparkSession) -> None:
+    """A session whose commits to s3a:// tables go through the fenced log store (`spark_conf`
+    sets it for an s3a root; a session built otherwise, e.g. a Spark Connect server started for
+    another root, would commit past the fence): checked once per session."""
+    if spark in _FENCED_SESSIONS:
+        return
+    found = spark.conf.get(commit_log.SCHEME_KEY, None)
+    if found != commit_log.LOG_STORE_CLASS:
+        raise LockUnavailable(f"this Spark session commits to s3a:// tables through "
+                              f"{found or 'Delta default log store'}, not the log store the "
+                              f"writer locks fence ({commit_log.LOG_STORE_CLASS}): start it "
+                              "with the project's settings for an s3a:// root "
+                              "(spark_jobs.session.spark_conf)")
+    _FENCED_SESSIONS.add(spark)
 
 
 def tagged_commits(spark: SparkSession, detail: str):
@@ -77,6 +102,38 @@ class Writer:
     def path(self, table: Table | str) -> str:
         return self.settings.table_path(_name(table))
 
+    @contextmanager
+    def _fenced(self, table: Table | str, df: DataFrame | None = None):
+        """The lock checked, then the block's commit to `table` fenced in the commit itself on
+        an s3a:// root: the fence's tokens in the session setting the log store reads (in the
+        writer's session and in `df`'s, the one Spark's write runs in), unset after; a commit
+        it refused raises `WriterLockLost`. A lock without tokens (a file lock; no lock, as a
+        table's creation) sets nothing."""
+        self.fence.check()
+        tokens = self.fence.tokens()
+        if not tokens or storage.scheme(str(self.settings.root)) != "s3a":
+            yield
+            return
+        key = commit_log.fence_key(self.path(table))
+        sessions = [self.spark]
+        if df is not None and df.sparkSession is not self.spark:
+            sessions.append(df.sparkSession)
+        for session in sessions:
+            _require_fenced_store(session)
+            session.conf.set(key, ",".join(tokens))
+        try:
+            yield
+        except Exception as exc:
+            refused = next((line.strip() for line in str(exc).splitlines()
+                            if commit_log.LOST in line), None)
+            if refused is None:
+                raise
+            raise WriterLockLost(f"{_name(table)}: the commit was refused: "
+                                 f"{refused[:500]}") from exc
+        finally:
+            for session in sessions:
+                session.conf.unset(key)
+
     # --- appends ---------------------------------------------------------------------------
     def append(self, df: DataFrame, table: Table | str, tag: str | None = None, *,
                app: tuple[str, int] | None = None, empty_commit: bool = False) -> None:
@@ -88,9 +145,9 @@ class Writer:
             writer = writer.option("userMetadata", tag)
         if app is not None:
             writer = writer.option("txnAppId", app[0]).option("txnVersion", app[1])
-        self.fence.check()
-        with (session_conf(self.spark, SKIP_EMPTY_COMMITS, "false") if empty_commit
-              else nullcontext()):
+        with self._fenced(table, df), (
+                session_conf(self.spark, SKIP_EMPTY_COMMITS, "false") if empty_commit
+                else nullcontext()):
             writer.save(self.path(table))
 
     def append_rows(self, table: Table, rows: list[dict],
@@ -114,9 +171,9 @@ class Writer:
         writer = df.write.format("delta").mode("overwrite").option("replaceWhere", where)
         if tag is not None:
             writer = writer.option("userMetadata", tag)
-        self.fence.check()
-        with (session_conf(self.spark, REPLACE_WHERE_CHECK, "false") if not check
-              else nullcontext()):
+        with self._fenced(table, df), (
+                session_conf(self.spark, REPLACE_WHERE_CHECK, "false") if not check
+                else nullcontext()):
             writer.save(self.path(table))
 
     def replace_date(self, table: Table, d: date, data: pa.Table | None) -> None:
@@ -136,9 +193,9 @@ class Writer:
 
     def rewrite(self, df: DataFrame, table: Table) -> None:
         """All of `table` replaced by `df`, in the catalog's partitioning and `df`'s schema."""
-        self.fence.check()
-        (df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-         .partitionBy(*table.partition_columns).save(self.path(table)))
+        with self._fenced(table, df):
+            (df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+             .partitionBy(*table.partition_columns).save(self.path(table)))
 
     # --- DML and utilities (SQL: the same in a classic session and over Spark Connect) ------
     def merge(self, table: Table | str, source: DataFrame, on: str, clauses: str,
@@ -148,9 +205,9 @@ class Writer:
         view = f"merge_source_{uuid.uuid4().hex}"
         source.createOrReplaceTempView(view)
         try:
-            self.fence.check()
-            with (session_conf(self.spark, USER_METADATA, tag) if tag is not None
-                  else nullcontext()):
+            with self._fenced(table, source), (
+                    session_conf(self.spark, USER_METADATA, tag) if tag is not None
+                    else nullcontext()):
                 self.spark.sql(f"MERGE INTO {table_ref(self.path(table))} AS t USING {view} "
                                f"AS s ON {on} {clauses}")
         finally:
@@ -158,23 +215,23 @@ class Writer:
 
     def delete(self, table: Table | str, condition: str) -> None:
         """`table`'s rows matching `condition` deleted, in one commit."""
-        self.fence.check()
-        self.spark.sql(f"DELETE FROM {table_ref(self.path(table))} WHERE {condition}")
+        with self._fenced(table):
+            self.spark.sql(f"DELETE FROM {table_ref(self.path(table))} WHERE {condition}")
 
     def optimize(self, table: Table | str, where: str):
         """Bin-packing of the files in `where`'s partitions: OPTIMIZE's metrics row."""
-        self.fence.check()
-        return self.spark.sql(f"OPTIMIZE {table_ref(self.path(table))} WHERE {where}").first()
+        with self._fenced(table):
+            return self.spark.sql(f"OPTIMIZE {table_ref(self.path(table))} WHERE {where}").first()
 
     def vacuum(self, table: Table | str, hours: float) -> None:
         """Files no longer referenced for longer than `hours` deleted."""
-        self.fence.check()
-        self.spark.sql(f"VACUUM {table_ref(self.path(table))} RETAIN {hours!r} HOURS")
+        with self._fenced(table):
+            self.spark.sql(f"VACUUM {table_ref(self.path(table))} RETAIN {hours!r} HOURS")
 
     def alter(self, table: Table | str, change: str) -> None:
         """`ALTER TABLE <table> <change>`: one metadata commit."""
-        self.fence.check()
-        self.spark.sql(f"ALTER TABLE {table_ref(self.path(table))} {change}")
+        with self._fenced(table):
+            self.spark.sql(f"ALTER TABLE {table_ref(self.path(table))} {change}")
 
     def create(self, table: Table) -> None:
         """`table` created in the catalog's columns and partitioning, unless it exists."""
@@ -186,14 +243,14 @@ class Writer:
         if table is BRONZE:  # the spec version the tables are created under
             properties[SPEC_PROPERTY] = json.dumps(self.settings.results_inputs, sort_keys=True)
             properties[VERSION_PROPERTY] = self.settings.results_version
-        self.fence.check()
-        self.spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {table_ref(self.path(table))} "
-            f"({table.ddl_for(self.settings.shape)}) USING delta "
-            f"PARTITIONED BY ({', '.join(map(quoted, table.partition_columns))})"
-            + (" TBLPROPERTIES ({})".format(", ".join(
-                f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items()))
-               if properties else ""))
+        with self._fenced(table):
+            self.spark.sql(
+                f"CREATE TABLE IF NOT EXISTS {table_ref(self.path(table))} "
+                f"({table.ddl_for(self.settings.shape)}) USING delta "
+                f"PARTITIONED BY ({', '.join(map(quoted, table.partition_columns))})"
+                + (" TBLPROPERTIES ({})".format(", ".join(
+                    f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items()))
+                   if properties else ""))
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:

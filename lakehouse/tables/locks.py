@@ -10,7 +10,14 @@ date of the daily tables.
   table there without it. The server holds the lock for as long as the holder's connection
   lives: a paused holder (SIGSTOP, a long GC) keeps it, so a second runner stays out; a holder
   whose connection broke has lost it, and `Fence.check()`, called before every commit, stops
-  it with `WriterLockLost`.
+  it with `WriterLockLost`. A check before a commit cannot stop a commit already under way, so
+  the commit itself is fenced too: Delta's log store for s3a:// (`lakehouse.tables.commit_log`)
+  makes each commit a row of the lock server, inserted in one transaction only while the
+  writer's session holds the lock (the fence's `tokens`), under a shared transaction lock that
+  a new holder takes exclusively once it has the lock (`_await_commits`): a commit in flight
+  lands before the takeover returns, and none of the old holder's lands after it. The new
+  holder then completes the commits that landed without their N.json
+  (`commit_log.complete_interrupted`).
 
 The stream's lock is taken without waiting (a second runner fails at once with
 `CheckpointBusy`); a date's lock waits (a second corrections run of the date waits its turn).
@@ -47,6 +54,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 from lakehouse.config.storage import local_path
+from lakehouse.tables import commit_log
 from lakehouse.tables.catalog import LOCKS_DIR
 
 
@@ -111,6 +119,12 @@ class Fence:
     def check(self) -> None:
         return None
 
+    def tokens(self) -> tuple[str, ...]:
+        """What the commit itself checks on an object store (`commit_log`): `key:pid:start` of
+        each lock server lock held (its key, its session's backend pid and start in
+        microseconds). None for a file lock."""
+        return ()
+
 
 class Fences(Fence):
     """The fences of every lock a writer holds (a maintainer: the stream's and some dates'):
@@ -126,10 +140,21 @@ class Fences(Fence):
         for fence in self.held:
             fence.check()
 
+    def tokens(self) -> tuple[str, ...]:
+        return tuple(t for fence in self.held for t in fence.tokens())
+
 
 class _PgFence(Fence):
     def __init__(self, conn, key: int, what: str):
         self.conn, self.key, self.what = conn, key, what
+        with conn.cursor() as cur:  # who holds it: this session, as the server knows it
+            cur.execute("SELECT pid, (extract(epoch FROM backend_start) * 1000000)::int8 FROM "
+                        "pg_stat_activity WHERE pid = pg_backend_pid()")
+            pid, start_us = cur.fetchone()
+        self.token = f"{key}:{pid}:{start_us}"
+
+    def tokens(self) -> tuple[str, ...]:
+        return (self.token,)
 
     def check(self) -> None:
         classid, objid = (self.key >> 32) & 0xFFFFFFFF, self.key & 0xFFFFFFFF
@@ -150,6 +175,44 @@ def _key(root: str, name: str) -> int:
     """A signed 64-bit advisory lock key for (root, name)."""
     digest = hashlib.sha256(f"{root.rstrip('/')}|{name}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def commit_lock(key: int) -> tuple[int, int]:
+    """The two-int advisory lock of lock `key`'s commits (its key's halves, as signed ints): the
+    log store's commit transactions take it shared (`commit_log`), a new holder exclusively."""
+    hi, lo = key >> 32, key & 0xFFFFFFFF
+    return hi, lo - (1 << 32) if lo >= 1 << 31 else lo
+
+
+# How long a new holder waits for the old holder's commits in flight before it ends them (a
+# commit transaction lasts milliseconds; one left open by a paused process would block it).
+TAKEOVER_WAIT_S = 30.0
+
+
+def _await_commits(conn, key: int, what: str) -> None:
+    """With the advisory lock `key` just taken: wait until no commit transaction fenced by it
+    runs (each holds the commit lock shared, so this waits for those of the old holder that
+    passed their check, and every later check sees the new holder). One that outlasts
+    TAKEOVER_WAIT_S (its process paused mid-commit) has its session ended by the server: its
+    transaction rolls back and its commit lands nothing."""
+    import psycopg2
+
+    hi, lo = commit_lock(key)
+    with conn.cursor() as cur:
+        for _ in range(3):
+            try:
+                cur.execute("SET lock_timeout = %s", (f"{int(TAKEOVER_WAIT_S * 1000)}ms",))
+                cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (hi, lo))  # and released
+                return
+            except psycopg2.errors.LockNotAvailable:
+                cur.execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = "
+                            "'advisory' AND granted AND objsubid = 2 AND classid = "
+                            "%s::int8::oid AND objid = %s::int8::oid AND pid <> pg_backend_pid()",
+                            (hi & 0xFFFFFFFF, lo & 0xFFFFFFFF))
+            finally:
+                cur.execute("RESET lock_timeout")
+    raise LockUnavailable(f"{what}: a commit of its previous holder is still in flight and "
+                          "cannot be ended; not writing")
 
 
 # What the stream's runners say they are (`set_role`, `checkpoint_lock(role=...)`): both ingest.
@@ -382,7 +445,9 @@ def _pg_lock(url: str | None, root: str, name: str, what: str, wait_s: float | N
                     break
                 cur.execute("SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a "
                             "USING (pid) WHERE l.locktype = 'advisory' AND l.granted AND "
-                            "l.objid = %s::int8::oid LIMIT 1", (key & 0xFFFFFFFF,))
+                            "l.classid = %s::int8::oid AND l.objid = %s::int8::oid AND "
+                            "l.objsubid = 1 LIMIT 1", ((key >> 32) & 0xFFFFFFFF,
+                                                       key & 0xFFFFFFFF))
                 row = cur.fetchone()
             holder = row[0] if row and row[0] else "another process"
             if deadline is None:
@@ -392,6 +457,8 @@ def _pg_lock(url: str | None, root: str, name: str, what: str, wait_s: float | N
                 raise DateBusy(f"{what} under {root} is held by {holder} for more than "
                                f"{wait_s:.0f}s")
             time.sleep(0.5)
+        _await_commits(conn, key, what)
+        commit_log.complete_interrupted(conn, key)
         _pg_remote_work(conn, key, settings, what)
         recorded = _REMOTE_WORK
         yield _PgFence(conn, key, what)
