@@ -152,10 +152,10 @@ public class PgLogStore extends HadoopFileSystemLogStore {
             put(fs, resolved, bytes(actions), true);
             return;
         }
-        if (fs.exists(resolved)) {
-            throw new FileAlreadyExistsException(resolved.toString());
-        }
         if (!FileNameUtils.isDeltaFile(resolved)) {
+            if (fs.exists(resolved)) {
+                throw new FileAlreadyExistsException(resolved.toString());
+            }
             put(fs, resolved, bytes(actions), false);
             return;
         }
@@ -167,40 +167,50 @@ public class PgLogStore extends HadoopFileSystemLogStore {
         List<Token> fence = Token.parseAll(fenceText);
         try {
             Db db = Db.of(conf(hadoopConf));
+            // Step 0: not there yet, by the log's entry (one query with N-1's) and the store.
+            String prevName = version > 0
+                ? FileNameUtils.deltaFile(logDir, version - 1).getName() : null;
+            Map<String, Entry> known = db.get(table, fileName, prevName);
+            Entry entry = new Entry(table, fileName,
+                ".tmp/" + fileName + "." + UUID.randomUUID(), false);
+            String stale = null;
+            if (known.containsKey(fileName)) {
+                stale = version == 0 ? staleCreation(fs, known.get(fileName), resolved) : null;
+                if (stale == null) {
+                    throw new FileAlreadyExistsException(resolved.toString());
+                }
+            } else if (fs.exists(resolved)) {
+                throw new FileAlreadyExistsException(resolved.toString());
+            }
             // Step 1: N-1 complete.
             if (version > 0) {
-                Entry prev = db.get(table, FileNameUtils.deltaFile(logDir, version - 1).getName());
+                Entry prev = known.get(prevName);
                 if (prev != null && !prev.complete) {
                     complete(fs, hadoopConf, prev);
-                } else if (prev == null
-                        && !fs.exists(FileNameUtils.deltaFile(logDir, version - 1))) {
-                    throw new FileSystemException("previous commit "
-                        + FileNameUtils.deltaFile(logDir, version - 1) + " doesn't exist");
+                } else if (prev == null && !fs.exists(new Path(logDir, prevName))) {
+                    throw new FileSystemException("previous commit " + new Path(logDir, prevName)
+                        + " doesn't exist");
                 }
             }
             // Step 2: the temporary file, then the entry (the commit point, fenced).
             byte[] content = bytes(actions);
-            String temp = ".tmp/" + fileName + "." + UUID.randomUUID();
-            put(fs, new Path(logDir, temp), content, true);
-            Entry entry = new Entry(table, fileName, temp, false);
-            String stale = version == 0 ? staleCreation(fs, db, entry) : null;
+            put(fs, new Path(logDir, entry.temp), content, true);
             db.insert(entry, fence, fenceText, stale);
-            // Step 3: N.json and the entry completed; a failure here is repaired by the next
-            // reader, as the commit has landed.
+            // Step 3: N.json (only the entry's bytes are ever written there: no probe of what
+            // is there) and the entry completed; a failure here is left to the next reader, as
+            // the commit has landed.
             try {
-                put(fs, resolved, content, false);
-            } catch (FileAlreadyExistsException e) {
-                // a reader completed it first, from the same bytes
+                put(fs, resolved, content, true);
             } catch (Throwable e) {
-                LOG.info("commit {} of {} landed; its copy is left to the next reader: {}",
+                LOG.warn("commit {} of {} landed; its copy is left to the next reader: {}",
                     version, table, e.toString());
                 return;
             }
             try {
                 db.markComplete(entry);
-                CLEANER.submit(() -> deleteQuietly(fs, new Path(logDir, temp)));
+                CLEANER.submit(() -> deleteQuietly(fs, new Path(logDir, entry.temp)));
             } catch (Throwable e) {
-                LOG.info("commit {} of {} landed; marking it complete is left to the next "
+                LOG.warn("commit {} of {} landed; marking it complete is left to the next "
                     + "reader: {}", version, table, e.toString());
             }
         } catch (SQLException e) {
@@ -214,18 +224,16 @@ public class PgLogStore extends HadoopFileSystemLogStore {
      * For a creation (version 0) whose entry 0 remains from a table deleted since (its 0.json
      * gone, the entry complete or its temporary file gone): that entry's temporary path, so the
      * insert clears the old table's entries first, in its transaction, if they are still those.
+     * Null when entry 0 is the table's own (it exists, or is being created).
      */
-    private String staleCreation(FileSystem fs, Db db, Entry entry) throws IOException,
-            SQLException {
-        Entry old = db.get(entry.table, entry.fileName);
-        if (old == null) {
+    private static String staleCreation(FileSystem fs, Entry old, Path zero) throws IOException {
+        if (fs.exists(zero)) {
             return null;
         }
-        if (old.complete || !fs.exists(new Path(new Path(old.table, "_delta_log"), old.temp))) {
+        if (old.complete || !fs.exists(new Path(zero.getParent(), old.temp))) {
             return old.temp;
         }
-        throw new FileAlreadyExistsException(entry.table + "/_delta_log/" + entry.fileName
-            + " (being created by another writer)");
+        return null;
     }
 
     /** Copy an incomplete entry's temporary file to its N.json (unless there) and mark it. */
@@ -240,7 +248,7 @@ public class PgLogStore extends HadoopFileSystemLogStore {
                     try (FSDataInputStream in = fs.open(new Path(logDir, entry.temp))) {
                         content = in.readAllBytes();
                     }
-                    put(fs, target, content, false);
+                    put(fs, target, content, true); // the entry's bytes, whoever writes them
                 }
                 Db.of(conf(hadoopConf)).markComplete(entry);
                 LOG.info("completed {} of {}", entry.fileName, entry.table);
@@ -304,9 +312,16 @@ public class PgLogStore extends HadoopFileSystemLogStore {
         return text.toString().getBytes(StandardCharsets.UTF_8);
     }
 
+    /**
+     * `content` to `path`. With `overwrite` (a temporary file, or N.json once its entry holds
+     * these bytes) S3A skips its probes of what is there (`fs.s3a.create.performance`): one PUT.
+     */
     private static void put(FileSystem fs, Path path, byte[] content, boolean overwrite)
             throws IOException {
-        try (OutputStream out = fs.create(path, overwrite)) {
+        try (OutputStream out = overwrite
+                ? (OutputStream) fs.createFile(path).overwrite(true).recursive()
+                    .opt("fs.s3a.create.performance", true).build()
+                : fs.create(path, false)) {
             out.write(content);
         } catch (org.apache.hadoop.fs.FileAlreadyExistsException e) {
             throw new FileAlreadyExistsException(path.toString());
@@ -496,17 +511,24 @@ public class PgLogStore extends HadoopFileSystemLogStore {
             return new Entry(rs.getString(1), rs.getString(2), rs.getString(3), rs.getBoolean(4));
         }
 
-        Entry get(String table, String fileName) throws SQLException, IOException {
+        /** The entries of `table` named `names` (nulls skipped), by file name. */
+        Map<String, Entry> get(String table, String... names) throws SQLException, IOException {
             return with(c -> {
+                Map<String, Entry> out = new java.util.HashMap<>();
                 try (PreparedStatement s = c.prepareStatement("SELECT table_path, file_name, "
                         + "temp_path, complete FROM " + TABLE
-                        + " WHERE table_path = ? AND file_name = ?")) {
+                        + " WHERE table_path = ? AND file_name = ANY(?)")) {
                     s.setString(1, table);
-                    s.setString(2, fileName);
+                    s.setArray(2, c.createArrayOf("text", java.util.Arrays.stream(names)
+                        .filter(java.util.Objects::nonNull).toArray()));
                     try (ResultSet rs = s.executeQuery()) {
-                        return rs.next() ? entry(rs) : null;
+                        while (rs.next()) {
+                            Entry e = entry(rs);
+                            out.put(e.fileName, e);
+                        }
                     }
                 }
+                return out;
             }, true);
         }
 
@@ -565,7 +587,7 @@ public class PgLogStore extends HadoopFileSystemLogStore {
                     // The outcome of a COMMIT whose connection broke: the entry says.
                     Entry found;
                     try {
-                        found = get(entry.table, entry.fileName);
+                        found = get(entry.table, entry.fileName).get(entry.fileName);
                     } catch (SQLException again) {
                         throw new IOException(LOST + ": commit " + entry.fileName + " of "
                             + entry.table + ": its outcome is unknown (the lock server is "
