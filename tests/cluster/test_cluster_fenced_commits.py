@@ -352,6 +352,22 @@ def test_a_commit_in_flight_lands_before_the_takeover_returns(stack):
     assert stack.tags(table) == {0: "first", 1: "in-flight"}
 
 
+def test_a_table_deleted_and_created_again_starts_a_new_log(stack):
+    """The commit log's rows of a deleted table (kept a day) do not stand in the way of a table
+    created again at its path: its creation clears them."""
+    from lakehouse.config import storage
+
+    a, table = stack.a, "again"
+    create(a, "again-lock", table, "old")
+    assert a.call("append", table=table, lock="again-lock", tag="old", rows=1)["ok"]
+    assert [e.version for e in stack.entries(table)] == [0, 1]
+    assert storage.delete_tree(stack.uri(table))
+    done = a.call("append", table=table, lock="again-lock", tag="new", rows=3)
+    assert done["ok"], done
+    assert stack.versions(table) == [0] and stack.labels(table) == ["new"] * 3
+    assert [e.version for e in stack.entries(table)] == [0]
+
+
 def test_the_lock_server_password_is_on_no_command_line(stack):
     password = psycopg2.extensions.parse_dsn(stack.url)["password"]
     cmdline = Path(f"/proc/{stack.a.jvm_pid}/cmdline").read_bytes().decode(errors="replace")
