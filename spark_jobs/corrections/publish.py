@@ -86,9 +86,17 @@ def publish(
             *[F.col(f"after_{m}").alias(m) for m in measures],
             F.lit(now).alias("updated_at"),
         )
-        columns = [quoted(c) for c in ("event_date", "window_start", "window_end", *dims,
-                                       *measures, "revision", "status", "updated_at")]
+        names = ("event_date", "window_start", "window_end", *dims, *measures, "revision",
+                 "status", "updated_at")
+        columns = [quoted(c) for c in names]
         before = delta_log.version(settings, RECONCILED.name)
+        if first:
+            # Nothing in gold to match: the windows appended, one commit of inserts as the MERGE
+            # would make (the same rows, the same change feed), without its join and rewrite
+            # planning (seconds on 2 cores, whatever the date's size).
+            with result.timed("gold_append"):
+                writer.append(src.select(*names), RECONCILED)
+            return result
         with result.timed("gold_merge"):
             writer.merge(
                 RECONCILED, src,
