@@ -35,7 +35,7 @@ else
 $(error DAGSTER_INSTANCE=$(DAGSTER_INSTANCE): use sqlite or postgres)
 endif
 
-.PHONY: setup system-deps materialize scorecard kafka-up kafka-down demo test test-unit ui stream bench bench-guard bench-jfr bench-stages bench-steps bench-service bench-commits bench-run-path bench-replay-cost report profile drills lint clean screenshots dagster-instance \
+.PHONY: setup system-deps materialize scorecard kafka-up kafka-down demo test test-unit ui stream bench bench-guard bench-jfr bench-stages bench-steps bench-service bench-commits bench-fence bench-run-path bench-replay-cost report profile drills lint clean screenshots dagster-instance \
 	s3-up s3-down registry-up registry-down pg-up pg-down spark-cluster-up spark-cluster-down kafka-cluster-up \
 	kafka-cluster-down cluster-up cluster-down cluster-connect-down demo-cluster ui-cluster test-cluster test-cluster-run \
 	observe-up observe-down daily-metrics dashboards test-alerts test-long spark-up spark-down \
@@ -347,6 +347,12 @@ bench-replay-cost: setup kafka-up
 # What one small Delta commit costs here, by kind (plain/idempotent append, UPDATE), in Spark jobs.
 bench-commits: setup
 	$(PY) -m bench.commit_costs
+
+# What the fenced log store of s3a:// roots costs a commit against Delta's single-driver S3 log
+# store, on S3Proxy and a lock server of its own, interleaved (bench.fenced_commits:
+# BENCH_FENCE_ROUNDS=15, BENCH_FENCE_WARMUP=2).
+bench-fence: setup
+	$(PY) -m bench.fenced_commits
 
 # docs/performance.md's and docs/cluster.md's tables and plots (docs/images/perf-*.png) from
 # the files in bench/results/ (bench.report); tests/unit/test_performance_page.py fails when they differ.

@@ -258,6 +258,7 @@ COMMANDS: dict[str, Run | str] = {
     "set -a; . .secrets/local.env; . infra/cluster.env; set +a": CLUSTER,
     "make bench": BENCH,
     "make bench-commits": BENCH,
+    "make bench-fence": BENCH,
     "make bench-guard": BENCH,
     "make bench-jfr": BENCH,
     "make bench-replay-cost": BENCH,
