@@ -268,6 +268,8 @@ COMMANDS: dict[str, Run | str] = {
     "make bench-steps": BENCH,
     "STEP_AB=fields make bench-steps": BENCH,
     "make drills": BENCH,
+    'make drills DRILLS_ARGS="--only registry"': BENCH,
+    "DRILLS_SCALE=0.05 .venv/bin/python -m bench.drills --only registry": BENCH,
     "make profile": BENCH,
     "python -m bench.format_pair": BENCH,
     "python -m bench.guard --record": BENCH,
