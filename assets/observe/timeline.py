@@ -8,6 +8,7 @@ from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, 
 from assets.observe.timeline_page import write_timeline
 from assets.pipelines import Pipeline
 from assets.resources import LakehouseResource, SparkResource
+from spark_jobs.timeline import collect_timeline
 
 
 @cache
@@ -22,7 +23,8 @@ def timeline_asset(p: Pipeline) -> AssetsDefinition:
                        "$LAKEHOUSE_ROOT/reports.")
     def timeline_report(context: AssetExecutionContext, lakehouse: LakehouseResource,
                         spark: SparkResource) -> MaterializeResult:
-        report = write_timeline(spark.session, lakehouse.settings_for(p.name))
+        settings = lakehouse.settings_for(p.name)
+        report = write_timeline(collect_timeline(spark.session, settings), settings)
         summary = dict(report.summary)
         summary.pop("path", None)
         return MaterializeResult(metadata={

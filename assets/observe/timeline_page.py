@@ -26,7 +26,6 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
-from pyspark.sql import SparkSession
 
 from lakehouse.config import storage
 from lakehouse.config.settings import Settings
@@ -39,7 +38,6 @@ from spark_jobs.timeline import (
     WHAT_IF,
     TimelineData,
     Value,
-    collect_timeline,
 )
 
 
@@ -353,9 +351,10 @@ class ReportResult:
     summary: dict[str, Any]
 
 
-def write_timeline(spark: SparkSession, settings: Settings, path: str | None = None) -> ReportResult:
-    """Collect, render and write the report (default `$LAKEHOUSE_ROOT/reports/timeline.html`);
-    the summary is small enough for Dagster metadata."""
-    data = collect_timeline(spark, settings)
+def write_timeline(data: TimelineData, settings: Settings,
+                   path: str | None = None) -> ReportResult:
+    """Render and write the report of `data` (`spark_jobs.timeline.collect_timeline`'s plain
+    rows; default `$LAKEHOUSE_ROOT/reports/timeline.html`); the summary is small enough for
+    Dagster metadata."""
     target = storage.write_text(path or settings.path(REPORTS_DIR, "timeline.html"), render(data))
     return ReportResult(target, {"path": target, **summary(data)})

@@ -11,7 +11,7 @@ import pytest
 from test_timeline import BASE, embedded, no_data_panels, s, traces
 
 from assets.observe.timeline_page import render
-from spark_jobs.timeline import HISTOGRAM, WHAT_IF
+from spark_jobs.timeline import HISTOGRAM, WHAT_IF, collect_timeline
 
 # (kafka_timestamp offset s, partition, offset, event_time offset s) -> lag behind the running max
 BRONZE_ROWS = [
@@ -89,7 +89,7 @@ def lakehouse(spark, tmp_path_factory):
 def test_write_timeline_on_hand_made_tables(spark, lakehouse):
     from assets.observe.timeline_page import write_timeline
 
-    result = write_timeline(spark, lakehouse)
+    result = write_timeline(collect_timeline(spark, lakehouse), lakehouse)
     assert result.path == lakehouse.path("reports", "timeline.html")
     page = Path(result.path).read_text(encoding="utf-8")
     body, drawn = embedded(page), traces(page)
