@@ -359,8 +359,9 @@ bench-fence: setup
 report: $(VENV)/.installed
 	$(PY) -m bench.report
 
-# Fault drills (bench/drills): crashes, broker restart, concurrent writers, bad input at volume,
-# retention, authentication. DRILLS_SCALE=0.05 for a quick run; results in bench/results/.
+# Fault drills (bench/drills): crashes, a broker outage, a schema registry outage, concurrent
+# writers, bad input at volume, retention, transactions, authentication, lifecycle, old dates, the
+# object store. DRILLS_SCALE=0.05 for a quick run; results in bench/results/.
 drills: setup kafka-up class-archive
 	$(PY) -m bench.drills $(DRILLS_ARGS)
 
