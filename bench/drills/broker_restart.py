@@ -18,7 +18,6 @@ blocking check, gold == replay).
 
 from __future__ import annotations
 
-import signal
 import time
 from collections import Counter
 
@@ -28,12 +27,12 @@ from bench.drills.common import (
     LiveProducer,
     Probe,
     Record,
-    await_landing,
     broker_module,
     check_landing,
     event_ids_check,
     free_port,
     instance,
+    land_and_stop,
     landed_rows,
     prove,
     say,
@@ -93,26 +92,14 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
             up_at = probe.now()
             level = int(1.5 * max(steady, default=0) + rate * 10)
             time.sleep(AFTER_S)
-            if svc.poll() is not None:
-                exits.append({"exit": svc.returncode, "tail": faults.output(svc, 3000)[-600:]})
-            acked = producer.join().acked
+            acked, log, stopped = land_and_stop(settings, env, folder, svc, producer, probe,
+                                                result, exits, NAME, STALL_S)
             # Flat again: from this sample on the lag stays at or under the steady level.
             flat, after = probe.flat_after(up_at, level)
             say(NAME, f"producer done: {len(acked)} acknowledged; lag back under {level} "
                       f"{f'{flat:.0f} s' if flat is not None else 'never'} after the broker's "
                       f"return (max after it {max((n for _, n in after), default=None)})")
-
-            def restart():
-                result.runs += 1
-                return faults.start_service(env, folder / f"service-{len(exits)}.log")
-
-            svc = await_landing(settings, len(acked), svc, restart, exits, NAME, STALL_S)
-            probe.stopping.set()
-            log = faults.output(svc, 2_000_000)
             restarts = [line for line in log.splitlines() if "restarting from the checkpoint" in line]
-            svc.send_signal(signal.SIGTERM)
-            svc.wait(180)
-            stopped = svc.returncode == 0
             say(NAME, f"service {'rode out the outage' if not exits else 'EXITED'}; its query "
                       f"restarted {len(restarts)} time(s); stopped "
                       f"{'cleanly' if stopped else f'with {svc.returncode}'}")

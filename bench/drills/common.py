@@ -5,6 +5,7 @@ printing), independent pipeline instances, producing with acknowledgements, and 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 import uuid
@@ -478,6 +479,31 @@ def await_landing(settings, want: int, svc, restart, exits: list, drill: str,
         raise DrillFailed(f"only {landed} of {want} acknowledged records landed, none in the "
                           f"last {stall_s:.0f} s: {faults.output(svc)}")
     return svc
+
+
+def land_and_stop(settings, env: dict, folder, svc, producer, probe, result, exits: list,
+                  drill: str, stall_s: float = 300):
+    """The end of an outage drill, the fault over and the load run: the service's exit recorded
+    (should it have died), the producer joined, every acknowledged record waited for
+    (`await_landing`, restarting a service that died: the drill then fails), the lag probe
+    stopped, the service stopped with SIGTERM. Returns (the acknowledged records, the service's
+    log, whether it stopped cleanly)."""
+    from testkit import faults
+
+    if svc.poll() is not None:
+        exits.append({"exit": svc.returncode, "tail": faults.output(svc, 3000)[-600:]})
+    acked = producer.join().acked
+
+    def restart():
+        result.runs += 1
+        return faults.start_service(env, folder / f"service-{len(exits)}.log")
+
+    svc = await_landing(settings, len(acked), svc, restart, exits, drill, stall_s)
+    probe.stopping.set()
+    log = faults.output(svc, 2_000_000)
+    svc.send_signal(signal.SIGTERM)
+    svc.wait(180)
+    return acked, log, svc.returncode == 0
 
 
 def event_ids_check(settings, want: Counter) -> tuple[int, int, int]:

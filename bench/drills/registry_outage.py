@@ -42,7 +42,6 @@ import base64
 import io
 import json
 import re
-import signal
 import struct
 import time
 import urllib.request
@@ -61,11 +60,11 @@ from bench.drills.common import (
     LiveProducer,
     Probe,
     Record,
-    await_landing,
     check_landing,
     event_ids_check,
     free_port,
     instance,
+    land_and_stop,
     landed_rows,
     prove,
     registry_module,
@@ -270,25 +269,13 @@ def run(ctx: Context, result: DrillResult) -> DrillResult:
             sent_while_down = producer.sent - sent_before
             level = int(1.5 * max(steady, default=0) + rate * 10)
             metrics.wait(AFTER_S, probe.t0, svc)
-            if svc.poll() is not None:
-                exits.append({"exit": svc.returncode, "tail": faults.output(svc, 3000)[-600:]})
-            acked = producer.join().acked
+            acked, log, stopped = land_and_stop(settings, env, folder, svc, producer, probe,
+                                                result, exits, NAME, STALL_S)
             flat, after = probe.flat_after(up_at, level)
             say(NAME, f"producer done: {len(acked)} acknowledged ({sent_while_down} sent while "
                       f"the registry was down); lag back under {level} "
                       f"{f'{flat:.0f} s' if flat is not None else 'never'} after the registry's "
                       f"return (max after it {max((n for _, n in after), default=None)})")
-
-            def restart():
-                result.runs += 1
-                return faults.start_service(env, folder / f"service-{len(exits)}.log")
-
-            svc = await_landing(settings, len(acked), svc, restart, exits, NAME, STALL_S)
-            probe.stopping.set()
-            log = faults.output(svc, 2_000_000)
-            svc.send_signal(signal.SIGTERM)
-            svc.wait(180)
-            stopped = svc.returncode == 0
             retries = re.findall(r"transient failure \(registry\): (.*?); restarting from the "
                                  r"checkpoint in (\d+) s", log)
             waits = [int(w) for _, w in retries]
