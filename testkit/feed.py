@@ -40,6 +40,16 @@ def window_of(key: dict) -> str:
     return json.dumps(key, sort_keys=True)
 
 
+def closed_windows(rows: list[dict]) -> dict[str, dict]:
+    """Gold's rows (the default pipeline's, as `read(...).to_pylist()` gives them) that the feed
+    carries, the closed ones, by the feed's record key (`window_of`)."""
+    from datetime import UTC
+
+    return {window_of({"window_start": r["window_start"].astimezone(UTC).isoformat()
+                       .replace("+00:00", "Z"), "key": r["key"]}): r
+            for r in rows if r["status"] != "open"}
+
+
 def fold(messages: list) -> dict[str, dict]:
     """The consumer's rule: per window, a value only if its revision is higher than the last
     applied; a tombstone withdraws the window. Returns the windows held, by `window_of`."""

@@ -80,7 +80,6 @@ def publish(
         result.corrected = corrections_n
         if not counts:
             return result
-        date_pred = f"t.event_date = DATE'{d.isoformat()}'"
         src = diff.select(
             "event_date", "window_start", "window_end", *dims, "_action", "revision", "status",
             *[F.col(f"after_{m}").alias(m) for m in measures],
@@ -88,8 +87,6 @@ def publish(
         )
         names = ("event_date", "window_start", "window_end", *dims, *measures, "revision",
                  "status", "updated_at")
-        columns = [quoted(c) for c in names]
-        before = delta_log.version(settings, RECONCILED.name)
         if first:
             # Nothing in gold to match: the windows appended, one commit of inserts as the MERGE
             # would make (the same rows, the same change feed), without its join and rewrite
@@ -97,6 +94,9 @@ def publish(
             with result.timed("gold_append"):
                 writer.append(src.select(*names), RECONCILED)
             return result
+        date_pred = f"t.event_date = DATE'{d.isoformat()}'"
+        columns = [quoted(c) for c in names]
+        before = delta_log.version(settings, RECONCILED.name)
         with result.timed("gold_merge"):
             writer.merge(
                 RECONCILED, src,

@@ -31,7 +31,7 @@ from test_pipeline_e2e import measures, window_rows
 
 from lakehouse.config.settings import Settings
 from lakehouse.tables.reads import bronze_dates, compare_tables, read
-from testkit.feed import committed_messages, fold, window_of
+from testkit.feed import closed_windows, committed_messages, fold
 from testkit.generator import GeneratorConfig, generate, produce
 from testkit.webserver import gql, stop
 
@@ -126,10 +126,9 @@ def test_the_operations_commands_catch_up_backfill_reconcile_and_feed(deployment
     assert compare_tables(settings, max(backfilled)) == 0
     run(as_printed(FEED, date=d), env)
     folded = fold(committed_messages(settings, settings.feed_topic))
-    closed = {window_of({"window_start": r["window_start"].isoformat().replace("+00:00", "Z"),
-                         "key": r["key"]}): r["revision"]
-              for r in read(settings, "reconciled_aggregates").to_pylist() if r["status"] != "open"}
-    assert closed and {k: v["revision"] for k, v in folded.items()} == closed
+    closed = closed_windows(read(settings, "reconciled_aggregates").to_pylist())
+    assert closed and {k: v["revision"] for k, v in folded.items()} == {
+        k: r["revision"] for k, r in closed.items()}
 
 
 def test_a_spec_pipelines_commands_catch_it_up_and_show_it_in_the_ui(deployment, tmp_path):
