@@ -316,7 +316,7 @@ bench-service: setup kafka-up class-archive
 STEP_AB ?= bronze
 # The guard on the engine's price (`make test` runs it first): the service's steps against the
 # hand-written query's on one cached frame, failing 15% above the ratio in bench/guard.json
-# (bench.guard: GUARD_EVENTS=100000, GUARD_ROUNDS=7; `--record` moves the ratio).
+# (bench.guard: GUARD_EVENTS=60000, GUARD_ROUNDS=6; `--record` moves the ratio).
 bench-guard: setup
 	$(PY) -m bench.guard
 

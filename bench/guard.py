@@ -1,10 +1,10 @@
 """The guard on the engine's price, run by `make test`: the service's steps of one batch (parse
 and classify, bronze's write, the dedup against the earlier batches' ids and the windows, the
 ids chunk: `testkit.step_prices.SERVICE_STEPS`) against the hand-written live query's `from_json` +
-windows, on the same cached frame in one process, in interleaved rounds (after three that are
-not priced, while the JVM compiles). Priced in the driver JVM's CPU seconds (local mode: the
-executors' threads are in it), which a loaded machine distorts much less than wall time (the
-wall seconds are recorded too).
+windows, on the same cached frame in one process, in interleaved rounds (after two that are
+not priced, while the JVM compiles). Priced in the driver JVM's CPU seconds less its JIT
+compilers' (`bench.step_costs.jvm_cpu_s`; local mode: the executors' threads are in it), which a
+loaded machine distorts much less than wall time (the wall seconds are recorded too).
 
 It fails when the ratio of the two (the service's steps' medians summed, over the peer's median)
 rises more than GUARD_TOLERANCE (0.15) above the ratio recorded in `bench/guard.json`: a ratio,
@@ -14,7 +14,7 @@ more) before the guard fails, and the verdict is on every round.
 The recorded ratio moves only with a commit that says why: `python -m bench.guard --record`
 writes the run's ratio into `bench/guard.json` with its date, commit and result file.
 
-    make bench-guard    (GUARD_EVENTS=100000, GUARD_ROUNDS=7; bench/results/guard-<time>.json)
+    make bench-guard    (GUARD_EVENTS=60000, GUARD_ROUNDS=6; bench/results/guard-<time>.json)
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from testkit.step_prices import PEER_STEP, RECORDED, SERVICE_STEPS, ratios, verd
 
 def main(argv: list[str]) -> int:
     record = "--record" in argv
-    n = int(os.environ.get("GUARD_EVENTS", "100000"))
-    rounds = int(os.environ.get("GUARD_ROUNDS", "7"))
+    n = int(os.environ.get("GUARD_EVENTS", "60000"))
+    rounds = int(os.environ.get("GUARD_ROUNDS", "6"))
     tolerance = float(os.environ.get("GUARD_TOLERANCE", "0.15"))
     base = json.loads(RECORDED.read_text()) if RECORDED.exists() else None
     if base is None and not record:
@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     bench = Bench.start(n, 3 * n)
     try:
-        bench.rounds(3)  # the JVM's first rounds compile: not priced
+        bench.rounds(2)  # the JVM's first rounds run code not compiled yet: not priced
         measured = bench.rounds(rounds)
         result = verdict(measured, base["service_to_peer"] if base else 0.0, tolerance)
         if base and not result["passed"]:  # measured again before failing
