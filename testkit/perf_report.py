@@ -284,6 +284,20 @@ def targets() -> str:
 
 # --- the service's freshness against the rate ---------------------------------------------
 
+def guard() -> str:
+    """The guard's recorded ratio (bench/guard.json) and its newest run."""
+    recorded = json.loads((REPO / "bench" / "guard.json").read_text())
+    base = REPO / recorded["result"]
+    last = newest("guard")
+    run = load(last)
+    return (f"Recorded: {bold(recorded['service_to_peer'])} on {date(base)}, commit "
+            f"{recorded['commit']}, over {load(base)['rounds']} rounds of {recorded['events']:,} "
+            f"events ({cite(base)}); the limit is {run['tolerance']:.0%} above it. Newest run: "
+            f"{bold(run['service_to_peer'])}, {'passed' if run['passed'] else 'failed'} "
+            f"({date(last)}, commit {commit(last)}, {run['rounds']} rounds, "
+            f"{run['seconds']:.0f} s, {cite(last)}).")
+
+
 def freshness_runs(path: Path) -> dict[str, dict[int, list[float]]]:
     """Each system's freshness p95 at each rate, one value a round."""
     out: dict[str, dict[int, list[float]]] = {}
@@ -431,6 +445,7 @@ REGIONS = {
     "targets": targets,
     "freshness": freshness,
     "suite-times": suite_times,
+    "guard": guard,
     "plot-freshness": lambda: figure("perf-freshness.png"),
     "plot-suite-times": lambda: figure("perf-suite-times.png"),
 }
