@@ -129,8 +129,8 @@ class Bench:
 
     @classmethod
     def start(cls, n: int, earlier: int) -> Bench:
-        from spark_jobs.session import get_spark
         from lakehouse.tables.catalog import BRONZE
+        from spark_jobs.session import get_spark
         from spark_jobs.writer import Writer
 
         tmp = tempfile.mkdtemp(prefix="step-costs-")
