@@ -84,6 +84,18 @@ def plan(shape: EventShape) -> dict[str, tuple[str | None, object]]:
     return out
 
 
+def avro_body(parsed, record: dict) -> bytes:
+    """`record` in Avro's binary encoding by the parsed writer schema (no framing)."""
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, parsed, record)
+    return out.getvalue()
+
+
+def confluent_frame(sid: int, body: bytes) -> bytes:
+    """An Avro body in Confluent's wire format: magic byte 0, the schema id (4 bytes, big-endian)."""
+    return b"\x00" + struct.pack(">I", sid) + body
+
+
 class AvroCodec:
     """Encodes generated events as the spec's Avro records."""
 
@@ -93,14 +105,10 @@ class AvroCodec:
         self.reader = fastavro.parse_schema(self.avro.reader_schema.parsed)
 
     def _body(self, sid: int, record: dict) -> bytes:
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, self.parsed[sid], record)
-        return out.getvalue()
+        return avro_body(self.parsed[sid], record)
 
     def _frame(self, sid: int, body: bytes) -> bytes:
-        if self.avro.wire_format == "plain":
-            return body
-        return b"\x00" + struct.pack(">I", sid) + body
+        return body if self.avro.wire_format == "plain" else confluent_frame(sid, body)
 
     def _time_value(self, field_type, t: datetime) -> object:
         ms = (t - EPOCH) // timedelta(milliseconds=1)
@@ -140,7 +148,7 @@ class AvroCodec:
         field, replacement = plan(self.shape)[kind_]
         if kind_ == "unknown_schema_id":
             body = self._body(sid, self.record(sid, event, t))
-            return b"\x00" + struct.pack(">I", max(self.avro.schemas) + UNKNOWN_ID_OFFSET) + body
+            return confluent_frame(max(self.avro.schemas) + UNKNOWN_ID_OFFSET, body)
         if kind_ == "invalid_avro":
             good = self._frame(sid, self._body(sid, self.record(sid, event, t)))
             form = INVALID_FORMS[n % len(INVALID_FORMS)]

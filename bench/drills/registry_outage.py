@@ -39,7 +39,6 @@ proven (the spec pipeline's `<name>__reconcile_dates`: the blocking check, gold 
 from __future__ import annotations
 
 import base64
-import io
 import json
 import re
 import struct
@@ -51,6 +50,7 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
+import fastavro
 import yaml
 
 from bench.drills.common import (
@@ -73,6 +73,7 @@ from bench.drills.common import (
     table_or_empty,
 )
 from testkit import faults
+from testkit.avro_events import avro_body, confluent_frame
 
 NAME = "registry_outage"
 PIPELINE_NAME = "orders_registry"
@@ -95,21 +96,13 @@ class AvroProducer(LiveProducer):
     the schema `use` last set (the switch takes effect from the next slice on)."""
 
     def __init__(self, settings, rate: int, version: int, sid: int):
-        import fastavro
-
-        self.fastavro = fastavro
         super().__init__(settings, rate)
         self.bad: dict[int, str] = {}  # record index -> the reason it must be quarantined under
         self.use(version, sid)
 
     def use(self, version: int, sid: int) -> None:
         schema = json.loads((EXAMPLES / VERSIONS[version]).read_text())
-        self.writer = (version, sid, self.fastavro.parse_schema(schema))
-
-    def _body(self, parsed, record: dict) -> bytes:
-        out = io.BytesIO()
-        self.fastavro.schemaless_writer(out, parsed, record)
-        return out.getvalue()
+        self.writer = (version, sid, fastavro.parse_schema(schema))
 
     def _record(self, i: int, now: datetime) -> Record:
         version, sid, parsed = self.writer
@@ -122,10 +115,9 @@ class AvroProducer(LiveProducer):
                 self.bad[i] = "invalid_avro"
                 return Record(key, b'{"order_id": broken')
             self.bad[i] = "unknown_schema_id"
-            return Record(key, b"\x00" + struct.pack(">I", UNREGISTERED_ID)
-                          + self._body(parsed, order))
+            return Record(key, confluent_frame(UNREGISTERED_ID, avro_body(parsed, order)))
         self.valid_ids[i] = order["order_id"]
-        return Record(key, b"\x00" + struct.pack(">I", sid) + self._body(parsed, order))
+        return Record(key, confluent_frame(sid, avro_body(parsed, order)))
 
 
 def subjects(url: str) -> list[str]:
