@@ -13,7 +13,6 @@ from typing import NamedTuple
 
 import pytest
 
-from spark_jobs.session import SHORT_RUN_JAVA_OPTIONS
 from testkit.faults import DRIVER_JAVA_OPTIONS
 from testkit.infra import broker_module
 from testkit.ports import free_port  # the tests import it from here
@@ -227,12 +226,12 @@ def instance_env(tmp_path, kafka_bootstrap, monkeypatch):
 # A worker's driver runs the suite's in-process runs for its whole ~18 minutes: throughput work
 # whose GC pauses nobody waits on. The parallel collector cost ~10% less CPU and wall than G1
 # there (catch-ups and reconciles in one process, two A/B rounds, 2026-11-28: docs/testing.md).
-# Its runs are small, so it compiles with C1 only (`SHORT_RUN_JAVA_OPTIONS`): sampled over a whole
-# `make test` (2026-12-07), the two workers' JIT compilers took 486 of their JVMs' 1,192 CPU
-# seconds (C2 alone 365) against 248 for the tasks; with C1 only the suite ran in 973 s against
-# 1,066 s and 1,043 s with C2 (bench/results/suite-test-2026-12-07T201412.json against
-# T194236.json and T203215.json).
-WORKER_JAVA_OPTIONS = f"-XX:+UseParallelGC {SHORT_RUN_JAVA_OPTIONS}"
+# It keeps C2. Its JIT compilers took 486 of its JVMs' 1,192 CPU seconds over a whole `make
+# test` (2026-12-07, sampled per thread), but with C1 only the slower code ate what they saved:
+# pytest ran 973 s and 1,045 s against 1,066 s and 1,043 s with C2, within the run-to-run spread
+# (bench/results/suite-test-2026-12-07T201412.json and T212512.json against T194236.json and
+# T203215.json).
+WORKER_JAVA_OPTIONS = "-XX:+UseParallelGC"
 
 
 @pytest.fixture(scope="session")
