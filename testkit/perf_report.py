@@ -294,7 +294,18 @@ def guard() -> str:
     return (f"Recorded: {bold(recorded['service_to_peer'])} on {date(base)}, commit "
             f"{recorded['commit']}, over {run['rounds']} rounds of {recorded['events']:,} events "
             f"({run['seconds']:.0f} s, {cite(base)}); the guard fails {run['tolerance']:.0%} "
-            "above it. Every run writes `bench/results/guard-<time>.json`.")
+            "above it. Every run writes `bench/results/guard-<time>.json`." + shown())
+
+
+def shown() -> str:
+    """The newest guard run that failed (a slower step made on purpose, on a throwaway commit)."""
+    failed = [p for p in files("guard") if load(p).get("passed") is False]
+    if not failed:
+        return ""
+    run = load(failed[-1])
+    return (f" The newest run that failed: {bold(run['service_to_peer'])} against the limit "
+            f"{bold(run['limit'])}, commit {commit(failed[-1])} ({date(failed[-1])}, "
+            f"{run['rounds']} rounds, {cite(failed[-1])}).")
 
 
 def freshness_runs(path: Path) -> dict[str, dict[int, list[float]]]:
