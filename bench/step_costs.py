@@ -81,8 +81,10 @@ def jvm_cpu_s(pid: int) -> float:
     """Process `pid`'s CPU seconds so far (/proc utime + stime) less its JIT compiler threads':
     for the driver JVM, which a loaded machine distorts much less than wall time (local mode: the
     executors' threads are in it). The compilers are left out: they go on compiling through the
-    priced rounds, and a round's figure then said more about the JIT's schedule than about the
-    step (the guard's rounds of one run ranged over 2.0-4.5 with them)."""
+    priced rounds on a schedule of their own (over a whole `make test` they took two fifths of
+    the drivers' CPU), which is not the priced step's cost. Rounds still spread widely on two
+    shared cores (1.9-4.9 over the 30 of bench/results/guard-2026-12-07T210214.json): the
+    verdict is on medians."""
     jit = 0.0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
