@@ -282,22 +282,24 @@ def targets() -> str:
     return table(["what", "target", "result", "date", "commit", "trigger", "result file"], rows)
 
 
-# --- the service's freshness against the rate ---------------------------------------------
+# --- the guard on the engine's price ------------------------------------------------------
 
 def guard() -> str:
     """The guard's recorded ratio (bench/guard.json) and the run it was recorded from. Not the
     newest run: `make test` runs the guard before the suite, so its file would change the page
     under the test that compares it."""
-    recorded = json.loads((REPO / "bench" / "guard.json").read_text())
+    from testkit.step_prices import RECORDED
+
+    recorded = json.loads(RECORDED.read_text())
     base = REPO / recorded["result"]
     run = load(base)
     return (f"Recorded: {bold(recorded['service_to_peer'])} on {date(base)}, commit "
             f"{recorded['commit']}, over {run['rounds']} rounds of {recorded['events']:,} events "
             f"({run['seconds']:.0f} s, {cite(base)}); the guard fails {run['tolerance']:.0%} "
-            "above it. Every run writes `bench/results/guard-<time>.json`." + shown())
+            "above it. Every run writes `bench/results/guard-<time>.json`." + guard_failure())
 
 
-def shown() -> str:
+def guard_failure() -> str:
     """The newest guard run that failed (a slower step made on purpose, on a throwaway commit)."""
     failed = [p for p in files("guard") if load(p).get("passed") is False]
     if not failed:
@@ -307,6 +309,8 @@ def shown() -> str:
             f"{bold(run['limit'])}, commit {commit(failed[-1])} ({date(failed[-1])}, "
             f"{run['rounds']} rounds, {cite(failed[-1])}).")
 
+
+# --- the service's freshness against the rate ---------------------------------------------
 
 def freshness_runs(path: Path) -> dict[str, dict[int, list[float]]]:
     """Each system's freshness p95 at each rate, one value a round."""
