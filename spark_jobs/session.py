@@ -138,6 +138,12 @@ def spark_conf(settings: Settings, short_run: bool = False,
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": "4g",
         "spark.sql.adaptive.enabled": "true",
+        # Adaptive execution may replace a stage whose input turned out empty (a replay of a
+        # date with records read but none of its events) by an empty relation, dropping the
+        # observed metrics the stage collected: `Observation.get` then fails ("assertion
+        # failed"). The rule saves nothing worth that here.
+        "spark.sql.adaptive.optimizer.excludedRules":
+            "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation",
         # Generated classes kept for reuse (default 100): one ingest batch compiles ~180, so the
         # default cache evicts them all and every batch compiled them again (1-2 s a batch here).
         "spark.sql.codegen.cache.maxEntries": "4000",
@@ -192,6 +198,7 @@ def spark_conf(settings: Settings, short_run: bool = False,
 # SPARK_SHUFFLE_PARTITIONS is given (else the server's, sized for its own machine or cluster).
 CONNECT_SESSION_KEYS = (
     "spark.sql.session.timeZone", "spark.sql.adaptive.enabled",
+    "spark.sql.adaptive.optimizer.excludedRules",
     "spark.sql.inMemoryColumnarStorage.compressed", "spark.sql.chunkBase64String.enabled",
     "spark.sql.parquet.outputTimestampType",
     "spark.sql.streaming.metricsEnabled", "spark.sql.streaming.numRecentProgressUpdates",
