@@ -273,9 +273,10 @@ def test_two_drivers_cannot_both_commit_a_version(stack):
     # Each commit fenced by its own driver's lock; every row of both appends is there.
     assert found[1].lock_keys != found[2].lock_keys
     assert stack.labels(table) == ["a0"] * 2 + ["a1"] * 3 + ["b1"] * 5
-    # The refused attempt at version 1 left its temporary file, named in no entry.
-    attempts = [n for n in stack.temp_files(table) if n.startswith(version_file(1))]
-    assert attempts and found[1].temp_path.rsplit("/", 1)[-1] not in attempts, attempts
+    # Neither attempt at version 1 leaves its temporary file: the refused one's is deleted at
+    # the refusal, the winner's once its entry is complete.
+    wait_until(lambda: not [n for n in stack.temp_files(table) if n.startswith(version_file(1))],
+               "the temporary files of version 1 deleted", timeout=30)
     # A commit outside the lock scheme (no fence) is put-if-absent only: it lands after them.
     unfenced = b.call("append", table=table, tag="no-lock", rows=1)
     assert unfenced["ok"], unfenced
@@ -305,6 +306,9 @@ def test_a_writer_whose_lock_was_taken_over_commits_nothing(stack, tmp_path):
         assert stack.versions(table) == [0]
         assert [e.version for e in stack.entries(table)] == [0]
     assert stack.labels(table) == ["held"] * 2
+    # The refused attempt's temporary file is deleted (no entry names it).
+    wait_until(lambda: not [n for n in stack.temp_files(table) if n.startswith(version_file(1))],
+               "the refused attempt's temporary file deleted", timeout=30)
 
 
 def test_a_commit_in_flight_lands_before_the_takeover_returns(stack):

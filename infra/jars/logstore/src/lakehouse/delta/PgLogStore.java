@@ -92,6 +92,19 @@ public class PgLogStore extends HadoopFileSystemLogStore {
     /** What a refused commit's message says (the service stops a pipeline on it). */
     public static final String LOST = "WriterLockLost";
 
+    /** A commit the lock server definitely did not take (its fence failed, or its transaction
+     * was ended with no entry of its own): unlike an unknown outcome, its temporary file is
+     * nobody's. */
+    static final class Refused extends IOException {
+        Refused(String message) {
+            super(message);
+        }
+
+        Refused(String message, Throwable cause) {
+            super(message, cause);
+        }
+    }
+
     static final String DDL = "CREATE TABLE IF NOT EXISTS " + TABLE + " ("
         + "table_path TEXT NOT NULL, file_name TEXT NOT NULL, temp_path TEXT NOT NULL, "
         + "complete BOOLEAN NOT NULL, expire_time BIGINT, lock_keys BIGINT[], fence TEXT, "
@@ -195,7 +208,15 @@ public class PgLogStore extends HadoopFileSystemLogStore {
             // Step 2: the temporary file, then the entry (the commit point, fenced).
             byte[] content = bytes(actions);
             put(fs, new Path(logDir, entry.temp), content, true);
-            db.insert(entry, fence, fenceText, stale);
+            try {
+                db.insert(entry, fence, fenceText, stale);
+            } catch (FileAlreadyExistsException | Refused e) {
+                // Definitely not committed (the transaction rolled back or its backend ended
+                // with no entry of ours): the temporary file is nobody's. Never on an unknown
+                // outcome, whose entry may name it.
+                CLEANER.submit(() -> deleteQuietly(fs, new Path(logDir, entry.temp)));
+                throw e;
+            }
             // Step 3: N.json (only the entry's bytes are ever written there: no probe of what
             // is there) and the entry completed; a failure here is left to the next reader, as
             // the commit has landed.
@@ -597,7 +618,7 @@ public class PgLogStore extends HadoopFileSystemLogStore {
                         return; // it landed
                     }
                     if ("57P01".equals(e.getSQLState())) {
-                        throw new IOException(LOST + ": commit " + entry.fileName + " of "
+                        throw new Refused(LOST + ": commit " + entry.fileName + " of "
                             + entry.table + " not made: the lock server ended its transaction "
                             + "(a new holder took the lock over)", e);
                     }
@@ -632,7 +653,7 @@ public class PgLogStore extends HadoopFileSystemLogStore {
                     try (ResultSet rs = s.executeQuery()) {
                         rs.next();
                         if (rs.getLong(1) == 0) {
-                            throw new IOException(LOST + ": commit " + entry.fileName + " of "
+                            throw new Refused(LOST + ": commit " + entry.fileName + " of "
                                 + entry.table + " refused: the writer lock " + t.key
                                 + " is no longer held by the session (pid " + t.pid
                                 + ") that took it; not committing");
