@@ -66,7 +66,18 @@ def ui(tmp_path_factory, kafka_bootstrap):
     home.mkdir()
     shutil.copy(REPO / "infra/dagster.yaml", home / "dagster.yaml")
     span = timedelta(hours=4)
-    end = end_across_midnight(datetime.now(UTC))
+    # The daily partitions run from the first event date to today's, and a date with no events
+    # fails its proof ("no data on either side"): the events end today, a few minutes into it.
+    # Close to a midnight (the module's minutes would cross it, or the new date has too little
+    # yet), the fixture waits until a few minutes past it.
+    room, module_run = timedelta(minutes=5), timedelta(minutes=6)
+    now = datetime.now(UTC)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    wait_until = (midnight + room if now < midnight + room
+                  else midnight + timedelta(days=1) + room
+                  if now > midnight + timedelta(days=1) - module_run else now)
+    time.sleep((wait_until - now).total_seconds())
+    end = end_across_midnight(datetime.now(UTC), margin=timedelta(seconds=30), room=room)
     dates = ((end - span).date().isoformat(), end.date().isoformat())
     # As on a user's instance: the daily partitions start at the first event date (the suite's
     # PARTITIONS_START pins them to a fixed date for its other tests).
