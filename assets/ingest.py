@@ -20,8 +20,8 @@ from lakehouse.tables.locks import (
     checkpoint_holder,
 )
 from lakehouse.tables.progress_reports import BatchReport
+from lakehouse.tables.run_metadata import bronze_summary, streaming_summary
 from spark_jobs import stream
-from spark_jobs.run_metadata import bronze_summary, streaming_summary
 
 STREAM_POOL = "lakehouse_stream"  # one catch-up per checkpoint at a time (per pipeline)
 

@@ -65,7 +65,7 @@ def late_events_for(days_ago: int, seed: int, count: int = LATE_EVENTS) -> list:
 
 
 def idle_run_metadata(settings) -> None:
-    from spark_jobs.run_metadata import bronze_summary, streaming_summary
+    from lakehouse.tables.run_metadata import bronze_summary, streaming_summary
 
     bronze_summary(settings, [])
     streaming_summary(settings, [])

@@ -44,6 +44,7 @@ from pyspark.sql.streaming import StreamingQuery
 from lakehouse.config.settings import Settings
 from lakehouse.events.schema_registry import SchemasChanged, registered, with_registry_schemas
 from lakehouse.kafka.admin import topic_id, topic_offsets
+from lakehouse.tables import checkpoints as ckpt
 from lakehouse.tables import delta_log
 from lakehouse.tables.batch_plan import RECENT_COMMITS, BatchPlan, tagged
 from lakehouse.tables.catalog import BRONZE, INGEST_QUERY, LATE, OPEN, QUARANTINE, SKIPPED, STREAMING
@@ -58,7 +59,6 @@ from lakehouse.tables.local_writes import partition_rows_of, plain_table
 from lakehouse.tables.locks import Fence, checkpoint_lock
 from lakehouse.tables.progress_reports import BatchReport, as_dict
 from lakehouse.tables.reads import DRIVER_ROWS_MAX
-from spark_jobs import checkpoint as ckpt
 from spark_jobs.generations import apply_spec
 from spark_jobs.progress import record_progress
 from spark_jobs.recent_ids import CHUNK_COLUMNS, RecentIds, free_checkpointed
@@ -105,7 +105,7 @@ class _Query:
         # The query's id from its checkpoint: a new checkpoint is a new id, so its batch ids
         # are never mistaken for those of commits made before.
         if self._app_id is None:
-            self._app_id = ckpt.query_id(self.spark, self.checkpoint)
+            self._app_id = ckpt.query_id(self.checkpoint)
         return self._app_id
 
 
@@ -372,7 +372,7 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
         writer = Writer(spark, settings, query.fence)
         app = query.app_id
         # The batch's end offsets, from its write-ahead log entry: they stamp the bronze commit.
-        ends = (ckpt.batch_offsets(spark, query.checkpoint, batch_id).sources[0] or {}).get(
+        ends = (ckpt.batch_offsets(query.checkpoint, batch_id).sources[0] or {}).get(
             settings.events_topic) or {}
         # Where the batch stands, from the logs, read once (a re-run finds its bronze commit).
         plan = BatchPlan.read(settings, app, batch_id)
@@ -491,6 +491,18 @@ def ingest_batch(settings: Settings, query: _Query) -> Callable[[DataFrame, int]
     return run
 
 
+def move_aside(spark: SparkSession, checkpoint: str, suffix: str) -> str:
+    """Rename the checkpoint to `<checkpoint>.<suffix>` (kept for inspection); returns the new
+    path. The next start is a new checkpoint."""
+    jvm = spark.sparkContext._jvm
+    src = jvm.org.apache.hadoop.fs.Path(checkpoint)
+    dst = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}.{suffix}")
+    fs = src.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.rename(src, dst):
+        raise RuntimeError(f"could not move the checkpoint {checkpoint} aside")
+    return str(dst)
+
+
 def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
                  recent: RecentIds | None = None, fence: Fence | None = None) -> StreamingQuery:
     """Start the ingest query, under the caller's `checkpoint_lock` (`fence`: its check runs
@@ -509,17 +521,17 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger,
         print(f"{settings.pipeline}: {applied}", flush=True)
     topic = check_topic(settings)
     checkpoint = settings.checkpoint_path(INGEST_QUERY)
-    fresh = ckpt.last_committed_batch(spark, checkpoint) is None and ckpt.batch_offsets(
-        spark, checkpoint, 0) is None
+    fresh = (ckpt.last_committed_batch(checkpoint) is None
+             and ckpt.batch_offsets(checkpoint, 0) is None)
     start = "earliest"
     if not fresh:
         gaps = retention_gaps(settings, ckpt.committed_position(
-            spark, checkpoint, settings.events_topic))
+            checkpoint, settings.events_topic))
         if gaps:
             handle_data_loss(writer, gaps)
             # The checkpoint would resume inside the gap: a new one starts from bronze's
             # position (the same place: bronze stamps every batch), past the gap.
-            moved = ckpt.move_aside(spark, checkpoint, f"data-loss-{int(time.time())}")
+            moved = move_aside(spark, checkpoint, f"data-loss-{int(time.time())}")
             print(f"checkpoint moved aside to {moved}", file=sys.stderr, flush=True)
             fresh = True
     if fresh:
@@ -608,10 +620,10 @@ def caught_up(settings: Settings) -> bool:
     with checkpoint_lock(settings, INGEST_QUERY):
         if pending_change(settings) is not None:
             return False
-        started = ckpt.batch_ids(None, checkpoint, "offsets")
-        if not started or ckpt.last_committed_batch(None, checkpoint) != started[-1]:
+        started = ckpt.batch_ids(checkpoint, "offsets")
+        if not started or ckpt.last_committed_batch(checkpoint) != started[-1]:
             return False
-        position = ckpt.committed_position(None, checkpoint, settings.events_topic)
+        position = ckpt.committed_position(checkpoint, settings.events_topic)
         offsets = topic_offsets(settings)
         if not position or not offsets or any(
                 position.get(o.partition, 0) != o.latest or o.earliest > o.latest

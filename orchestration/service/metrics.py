@@ -51,11 +51,11 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from lakehouse.config import storage
 from lakehouse.config.settings import Settings
 from lakehouse.kafka.admin import PartitionOffsets, consumer_lag, topic_offsets
+from lakehouse.tables import checkpoints as ckpt
 from lakehouse.tables.catalog import INGEST_QUERY, STREAMING
 from lakehouse.tables.commit_tags import batch_of, stream_watermark
 from lakehouse.tables.delta_log import LogFollower, commit_versions, data_file_uri
 from lakehouse.tables.progress_reports import BatchReport
-from spark_jobs import checkpoint as ckpt
 from spark_jobs.transforms.parse import reasons
 
 QUERIES = (INGEST_QUERY,)
@@ -266,12 +266,12 @@ class StreamMetrics:
         Reads a few checkpoint files through Hadoop's FileSystem (no Spark job)."""
         try:
             path = self.settings.checkpoint_path(INGEST_QUERY)
-            last = ckpt.last_committed_batch(spark, path)
-            offsets = ckpt.batch_offsets(spark, path, last) if last is not None else None
+            last = ckpt.last_committed_batch(path)
+            offsets = ckpt.batch_offsets(path, last) if last is not None else None
             end = ((offsets.sources[0] or {}).get(self.settings.events_topic)
                    if offsets and offsets.sources else None)
             watermark = stream_watermark(self.settings)
-            times = {q: ckpt.last_commit_time(spark, self.settings.checkpoint_path(q)) for q in QUERIES}
+            times = {q: ckpt.last_commit_time(self.settings.checkpoint_path(q)) for q in QUERIES}
         except Exception as exc:  # noqa: BLE001 - metrics must never stop the service
             print(f"metrics: could not read the checkpoints: {exc}", file=sys.stderr, flush=True)
             return

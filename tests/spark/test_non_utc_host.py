@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.config.settings import Settings
 from lakehouse.tables.catalog import BRONZE
-from spark_jobs.run_metadata import bronze_summary
+from lakehouse.tables.run_metadata import bronze_summary
 from spark_jobs.tables import read_table
 from spark_jobs.transforms.recompute import recompute
 from spark_jobs.writer import ensure_tables

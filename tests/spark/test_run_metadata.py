@@ -13,8 +13,8 @@ from pyspark.sql import types as T
 
 from lakehouse.config.settings import Settings
 from lakehouse.tables.catalog import BRONZE, LATE, QUARANTINE, STREAMING
+from lakehouse.tables.run_metadata import bronze_summary, late_in_run, recent_windows
 from lakehouse.tables.stats import LogStats, log_stats
-from spark_jobs.run_metadata import bronze_summary, late_in_run, recent_windows
 from spark_jobs.tables import read_table
 from spark_jobs.writer import ensure_tables
 

@@ -8,7 +8,7 @@ No query here reads the whole of a table.
 Spark ran three queries here before (each a snapshot update, a file-filtering job and the query's
 own job: ~3 s of a warm catch-up of 750 records, 2026-11-28); delta-rs answers the same in
 milliseconds on these few files. The module stays beside the stream it describes because it
-reads the stream's checkpoint (`spark_jobs.checkpoint`, itself Spark-free)."""
+reads the stream's checkpoint (`lakehouse.tables.checkpoints`)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pyarrow as pa
 from deltalake import QueryBuilder
 
 from lakehouse.config.settings import Settings
+from lakehouse.tables import checkpoints as ckpt
 from lakehouse.tables.catalog import (
     BRONZE,
     FINAL,
@@ -31,7 +32,6 @@ from lakehouse.tables.catalog import (
 from lakehouse.tables.commit_tags import stream_watermark
 from lakehouse.tables.delta_log import open_table
 from lakehouse.tables.stats import largest_file_max_at_most, log_stats
-from spark_jobs import checkpoint as ckpt
 
 
 def _in_run(column: str, batch_ids: list[int]) -> str:
@@ -146,7 +146,7 @@ def streaming_summary(settings: Settings, batch_ids: list[int]) -> dict:
     newest_event = log_stats(settings, BRONZE.name, max_of=("event_time",)).max["event_time"]
     recent = recent_windows(settings, batch_ids, wm)
     late_n, late_beyond = late_in_run(settings, batch_ids)
-    committed = ckpt.last_commit_time(None, settings.checkpoint_path(INGEST_QUERY))
+    committed = ckpt.last_commit_time(settings.checkpoint_path(INGEST_QUERY))
     return {
         "windows": windows.rows,
         "windows_open": recent.open,
