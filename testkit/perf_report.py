@@ -365,6 +365,24 @@ def suite_times() -> str:
                   "result file"], [r for _, r in sorted(rows, key=lambda r: r[0])])
 
 
+def same_commit_runs() -> str:
+    """The suite of one commit run on different days (`suite-test` and `suite-unit` files of a
+    clean commit, two dates or more): what the machine's speed did, the code's cost held still."""
+    rows = []
+    for kind, label in (("suite-test", "`make test`'s pytest"), ("suite-unit", "`make test-unit`")):
+        by_commit: dict[str, list[Path]] = {}
+        for path in files(kind):
+            if not commit(path).endswith("-dirty"):
+                by_commit.setdefault(commit(path), []).append(path)
+        for sha, paths in by_commit.items():
+            if len({date(p)[:10] for p in paths}) < 2:
+                continue
+            rows += [[label, sha, date(p), bold(load(p)["wall_s"], "s"),
+                      f"{load(p).get('counts', {}).get('passed', 0)} passed", cite(p)]
+                     for p in paths]
+    return table(["tier", "commit", "date", "wall", "tests", "result file"], rows)
+
+
 def cluster_runs() -> str:
     """Every run of the cluster scenario (`tests/cluster`, a file each), oldest first."""
     rows = []
@@ -459,6 +477,7 @@ REGIONS = {
     "targets": targets,
     "freshness": freshness,
     "suite-times": suite_times,
+    "same-commit": same_commit_runs,
     "guard": guard,
     "plot-freshness": lambda: figure("perf-freshness.png"),
     "plot-suite-times": lambda: figure("perf-suite-times.png"),
