@@ -70,7 +70,7 @@ def ui(tmp_path_factory, kafka_bootstrap):
     # fails its proof ("no data on either side"): the events end today, a few minutes into it.
     # Close to a midnight (the module's minutes would cross it, or the new date has too little
     # yet), the fixture waits until a few minutes past it.
-    room, module_run = timedelta(minutes=5), timedelta(minutes=6)
+    room, module_run = timedelta(minutes=4), timedelta(minutes=5)  # waits 9 minutes at most
     now = datetime.now(UTC)
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
     wait_until = (midnight + room if now < midnight + room
