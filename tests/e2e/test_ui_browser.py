@@ -73,10 +73,9 @@ def ui(tmp_path_factory, kafka_bootstrap):
     room, module_run = timedelta(minutes=4), timedelta(minutes=5)  # waits 9 minutes at most
     now = datetime.now(UTC)
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    wait_until = (midnight + room if now < midnight + room
-                  else midnight + timedelta(days=1) + room
-                  if now > midnight + timedelta(days=1) - module_run else now)
-    time.sleep((wait_until - now).total_seconds())
+    if now > midnight + timedelta(days=1) - module_run:
+        midnight += timedelta(days=1)  # the next one is the one to clear
+    time.sleep(max(0.0, (midnight + room - now).total_seconds()))
     end = end_across_midnight(datetime.now(UTC), margin=timedelta(seconds=30), room=room)
     dates = ((end - span).date().isoformat(), end.date().isoformat())
     # As on a user's instance: the daily partitions start at the first event date (the suite's
